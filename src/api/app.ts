@@ -1,0 +1,115 @@
+import { randomUUID } from 'node:crypto';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import type { z } from 'zod';
+import { ServiceError, type ErrorDetail } from '../errors.js';
+import type { CommandHandlers } from '../write/handlers.js';
+import type { Principal, TokenVerifier } from './auth.js';
+import { sendError } from './errors.js';
+import { isOperationName, operations, type Queries } from './operations.js';
+import { createRateLimiter } from './rate-limit.js';
+import { envelopeSchema, paramsSchemas } from './schemas.js';
+
+export type Readiness = { ready: boolean; checks: Record<string, string> };
+
+export type AppServices = {
+  verifyToken: TokenVerifier;
+  commands: CommandHandlers;
+  queries: Queries;
+  readiness: () => Promise<Readiness>;
+};
+
+export type AppOptions = {
+  services: AppServices;
+  logger: Logger;
+  bodyLimitBytes: number;
+  rateLimitPerMinute: number;
+};
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+const validRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
+
+function zodDetails(error: z.ZodError, prefix: string): ErrorDetail[] {
+  return error.issues.flatMap((issue) => {
+    const path = [prefix, ...issue.path.map(String)].join('.');
+    if (issue.code === 'unrecognized_keys') {
+      return issue.keys.map((key) => ({ path: `${path}.${key}`, message: 'is not a parameter of this operation' }));
+    }
+    return [{ path, message: issue.message }];
+  });
+}
+
+/** The HTTP application, without a listening port: the server start-up and the tests build it alike. */
+export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
+  const { services } = options;
+  const logger: FastifyBaseLogger = options.logger;
+  const app = Fastify({
+    loggerInstance: logger,
+    bodyLimit: options.bodyLimitBytes,
+    // Forbidden keys are rejected by validation with a clear message, not by the parser.
+    onProtoPoisoning: 'ignore',
+    onConstructorPoisoning: 'ignore',
+    logController: new LogController({ requestIdLogLabel: 'request_id' }),
+    genReqId: (request) => {
+      const incoming = request.headers['x-request-id'];
+      return typeof incoming === 'string' && validRequestId.test(incoming) ? incoming : randomUUID();
+    },
+    return503OnClosing: true,
+  });
+  const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
+
+  app.removeContentTypeParser(['text/plain']);
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('x-request-id', request.id);
+  });
+  app.setErrorHandler((error, request, reply) => sendError(error, request, reply));
+  app.setNotFoundHandler((request, reply) => sendError(new ServiceError('not_found', 'no such endpoint'), request, reply));
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_request, reply) => {
+    const readiness = await services.readiness();
+    return reply.code(readiness.ready ? 200 : 503).send({ status: readiness.ready ? 'ready' : 'not_ready', checks: readiness.checks });
+  });
+
+  app.post('/api', {
+    // Authentication comes before the body is read (contract §1, §2 order of checks).
+    onRequest: async (request, reply) => {
+      request.principal = await services.verifyToken(request.headers.authorization);
+      const retryAfter = rateLimiter(request.principal.subject);
+      if (retryAfter !== undefined) {
+        reply.header('Retry-After', String(retryAfter));
+        throw new ServiceError('rate_limited', 'too many requests; retry later');
+      }
+    },
+    handler: async (request) => {
+      if (!request.headers['content-type']) throw new ServiceError('unsupported_media_type', 'the body must be application/json');
+      const envelope = envelopeSchema.safeParse(request.body);
+      if (!envelope.success) {
+        throw new ServiceError('bad_request', 'the body must be an object with a string "query" and an object "params", nothing else');
+      }
+      const { query, params } = envelope.data;
+      if (!isOperationName(query)) throw new ServiceError('unknown_operation', `unknown operation "${query}"`);
+      const operation = operations[query];
+      const principal = request.principal!;
+      if (!principal.scopes.has(operation.scope)) {
+        throw new ServiceError('forbidden', `the token lacks the scope ${operation.scope}`);
+      }
+      const parsed = paramsSchemas[query].safeParse(params);
+      if (!parsed.success) throw new ServiceError('validation_error', 'invalid parameters', zodDetails(parsed.error, 'params'));
+      const caller = { subject: principal.subject, organizations: principal.organizations, requestId: request.id };
+      const data = await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, {
+        caller,
+        commands: services.commands,
+        queries: services.queries,
+      });
+      return { data };
+    },
+  });
+
+  return app;
+}

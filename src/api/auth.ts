@@ -1,0 +1,66 @@
+import { createRemoteJWKSet, errors as joseErrors, jwtVerify, type JWTVerifyGetKey } from 'jose';
+import { z } from 'zod';
+import { ServiceError, unavailable } from '../errors.js';
+import { organizationId } from '../write/values.js';
+
+export const scopes = ['workspaces:read', 'workspaces:write', 'solutions:read', 'solutions:write'] as const;
+export type Scope = (typeof scopes)[number];
+
+export type Principal = { subject: string; organizations: ReadonlySet<string>; scopes: ReadonlySet<string> };
+
+export type AuthSettings =
+  | { kind: 'secret'; secret: string; issuer?: string | undefined; audience?: string | undefined }
+  | { kind: 'jwks'; jwksUrl: string; issuer?: string | undefined; audience?: string | undefined };
+
+const claimsSchema = z.object({
+  sub: z.string().min(1),
+  orgs: z.array(organizationId),
+  scope: z.string().optional(),
+});
+
+export type TokenVerifier = (authorization: string | undefined) => Promise<Principal>;
+
+const unauthenticated = (message: string) => new ServiceError('unauthenticated', message);
+
+/** Verifies bearer tokens (contract §3): algorithms pinned to the configured family, `exp` required, 30 s leeway. */
+export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
+  const algorithms = settings.kind === 'secret' ? ['HS256'] : ['RS256', 'ES256', 'EdDSA'];
+  const options = {
+    algorithms,
+    requiredClaims: ['exp'],
+    clockTolerance: 30,
+    ...(settings.issuer ? { issuer: settings.issuer } : {}),
+    ...(settings.audience ? { audience: settings.audience } : {}),
+  };
+  const verify =
+    settings.kind === 'secret'
+      ? ((secret: Uint8Array) => (token: string) => jwtVerify(token, secret, options))(new TextEncoder().encode(settings.secret))
+      : ((keys: JWTVerifyGetKey) => (token: string) => jwtVerify(token, keys, options))(createRemoteJWKSet(new URL(settings.jwksUrl)));
+
+  return async (authorization) => {
+    const match = /^Bearer +([A-Za-z0-9._~+/=-]+) *$/i.exec(authorization ?? '');
+    if (!match) throw unauthenticated('a bearer token is required');
+    let payload: unknown;
+    try {
+      ({ payload } = await verify(match[1]!));
+    } catch (error) {
+      if (error instanceof joseErrors.JWKSTimeout) throw unavailable('the token keys cannot be fetched');
+      if (error instanceof joseErrors.JOSEError) throw unauthenticated(tokenProblem(error));
+      if (settings.kind === 'jwks') throw unavailable('the token keys cannot be fetched');
+      throw unauthenticated('the token is not valid');
+    }
+    const claims = claimsSchema.safeParse(payload);
+    if (!claims.success) throw unauthenticated('the token lacks valid sub, orgs or scope claims');
+    return {
+      subject: claims.data.sub,
+      organizations: new Set(claims.data.orgs),
+      scopes: new Set((claims.data.scope ?? '').split(' ').filter(Boolean)),
+    };
+  };
+}
+
+function tokenProblem(error: InstanceType<typeof joseErrors.JOSEError>): string {
+  if (error instanceof joseErrors.JWTExpired) return 'the token has expired';
+  if (error instanceof joseErrors.JWTClaimValidationFailed) return `the token's ${error.claim} claim is not valid`;
+  return 'the token is not valid';
+}

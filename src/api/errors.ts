@@ -1,0 +1,58 @@
+import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { ServiceError, type ErrorCode, type ErrorDetail } from '../errors.js';
+import { EventStoreUnavailable } from '../eventstore/port.js';
+import { isConnectionError } from '../infra/postgres.js';
+
+export const statusOf: Record<ErrorCode, number> = {
+  bad_request: 400,
+  unknown_operation: 400,
+  validation_error: 400,
+  unauthenticated: 401,
+  forbidden: 403,
+  not_found: 404,
+  conflict: 409,
+  idempotency_key_reused: 422,
+  payload_too_large: 413,
+  unsupported_media_type: 415,
+  rate_limited: 429,
+  internal_error: 500,
+  unavailable: 503,
+};
+
+const fastifyCodes: Record<string, [ErrorCode, string]> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: ['payload_too_large', 'the request body is too large'],
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupported_media_type', 'the body must be application/json'],
+  FST_ERR_CTP_INVALID_JSON_BODY: ['bad_request', 'the body is not valid JSON'],
+  FST_ERR_CTP_EMPTY_JSON_BODY: ['bad_request', 'the body is empty'],
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: ['bad_request', 'the Content-Length does not match the body'],
+};
+
+/** Turns any failure into the contract's error (§2); nothing internal ever reaches the body. */
+export function toServiceError(error: unknown): ServiceError {
+  if (error instanceof ServiceError) return error;
+  if (error instanceof EventStoreUnavailable || isConnectionError(error)) {
+    return new ServiceError('unavailable', 'the service is temporarily unavailable');
+  }
+  const fastifyError = error as Partial<FastifyError>;
+  const known = fastifyError.code ? fastifyCodes[fastifyError.code] : undefined;
+  if (known) return new ServiceError(known[0], known[1]);
+  if (error instanceof SyntaxError || (fastifyError.statusCode && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500)) {
+    return new ServiceError('bad_request', 'the request is malformed');
+  }
+  return new ServiceError('internal_error', 'an unexpected error occurred');
+}
+
+export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  const serviceError = toServiceError(error);
+  const status = statusOf[serviceError.code];
+  if (status >= 500) request.log.error({ err: error }, 'request failed');
+  else request.log.info({ code: serviceError.code }, serviceError.message);
+  if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');
+  const body: { code: ErrorCode; message: string; details?: ErrorDetail[]; request_id: string } = {
+    code: serviceError.code,
+    message: serviceError.message,
+    request_id: request.id,
+  };
+  if (serviceError.details) body.details = serviceError.details;
+  return reply.code(status).send({ error: body });
+}

@@ -1,0 +1,113 @@
+import { notFound } from '../errors.js';
+import type { Page } from '../read/pages.js';
+import type { CommandHandlers, Caller } from '../write/handlers.js';
+import type { Solution } from '../write/solution.js';
+import type { Workspace } from '../write/workspace.js';
+import type { Scope } from './auth.js';
+import type { OperationName, ParamsOf } from './schemas.js';
+
+/** The read side as the API sees it: plain queries over the read tables. */
+export type Queries = {
+  getWorkspace(id: string, organizations: readonly string[]): Promise<Workspace | undefined>;
+  listWorkspaces(organizations: readonly string[], page: { page: number; size: number }): Promise<Page<Workspace>>;
+  getSolution(id: string, organizations: readonly string[]): Promise<Solution | undefined>;
+  listSolutions(
+    organizations: readonly string[],
+    workspaceId: string | undefined,
+    page: { page: number; size: number },
+  ): Promise<Page<Solution>>;
+};
+
+/** The Workspace and Solution Responses, fields in the spec's order whichever side produced them. */
+const workspaceResponse = (w: Workspace) => ({
+  id: w.id,
+  organization_id: w.organization_id,
+  created_at: w.created_at,
+  updated_at: w.updated_at,
+  name: w.name,
+  description: w.description,
+  attributes: w.attributes,
+});
+const solutionResponse = (s: Solution) => ({
+  id: s.id,
+  organization_id: s.organization_id,
+  workspace_id: s.workspace_id,
+  created_at: s.created_at,
+  updated_at: s.updated_at,
+  name: s.name,
+  description: s.description,
+  attributes: s.attributes,
+  documentation: s.documentation,
+});
+const pageOf = <T, R>(page: Page<T>, present: (item: T) => R) => ({ ...page, items: page.items.map(present) });
+
+export type OperationContext = { caller: Caller; commands: CommandHandlers; queries: Queries };
+
+type Operation<O extends OperationName> = {
+  scope: Scope;
+  run: (params: ParamsOf<O>, context: OperationContext) => Promise<unknown>;
+};
+
+/** The organizations a query may look at: those the token grants, narrowed by an optional filter. */
+function visibleOrganizations(caller: Caller, filter: string | undefined): string[] {
+  if (filter !== undefined) return caller.organizations.has(filter) ? [filter] : [];
+  return [...caller.organizations];
+}
+
+const found = <T>(record: T | undefined, what: string): T => {
+  if (record === undefined) throw notFound(what);
+  return record;
+};
+
+/** The one place mapping each operation to its scope and handler. */
+export const operations: { [O in OperationName]: Operation<O> } = {
+  get_workspace: {
+    scope: 'workspaces:read',
+    run: async ({ id }, { caller, queries }) =>
+      workspaceResponse(found(await queries.getWorkspace(id, [...caller.organizations]), 'workspace')),
+  },
+  list_workspaces: {
+    scope: 'workspaces:read',
+    run: async ({ page, size, organization_id }, { caller, queries }) =>
+      pageOf(await queries.listWorkspaces(visibleOrganizations(caller, organization_id), { page, size }), workspaceResponse),
+  },
+  create_workspace: {
+    scope: 'workspaces:write',
+    run: async (params, { caller, commands }) => workspaceResponse(await commands.createWorkspace(params, caller)),
+  },
+  update_workspace: {
+    scope: 'workspaces:write',
+    run: async (params, { caller, commands }) => workspaceResponse(await commands.updateWorkspace(params, caller)),
+  },
+  delete_workspace: {
+    scope: 'workspaces:write',
+    run: ({ id }, { caller, commands }) => commands.deleteWorkspace(id, caller),
+  },
+  get_solution: {
+    scope: 'solutions:read',
+    run: async ({ id }, { caller, queries }) =>
+      solutionResponse(found(await queries.getSolution(id, [...caller.organizations]), 'solution')),
+  },
+  list_solutions: {
+    scope: 'solutions:read',
+    run: async ({ page, size, workspace_id, organization_id }, { caller, queries }) =>
+      pageOf(
+        await queries.listSolutions(visibleOrganizations(caller, organization_id), workspace_id, { page, size }),
+        solutionResponse,
+      ),
+  },
+  create_solution: {
+    scope: 'solutions:write',
+    run: async (params, { caller, commands }) => solutionResponse(await commands.createSolution(params, caller)),
+  },
+  update_solution: {
+    scope: 'solutions:write',
+    run: async (params, { caller, commands }) => solutionResponse(await commands.updateSolution(params, caller)),
+  },
+  delete_solution: {
+    scope: 'solutions:write',
+    run: ({ id }, { caller, commands }) => commands.deleteSolution(id, caller),
+  },
+};
+
+export const isOperationName = (query: string): query is OperationName => Object.hasOwn(operations, query);

@@ -1,0 +1,103 @@
+import { z } from 'zod';
+
+const emptyAsUndefined = (value: unknown) => (value === '' ? undefined : value);
+const optionalString = z.preprocess(emptyAsUndefined, z.string().optional());
+const optionalUrl = (protocols: RegExp, hint: string) =>
+  z.preprocess(
+    emptyAsUndefined,
+    z
+      .string()
+      .refine((value) => URL.canParse(value) && protocols.test(new URL(value).protocol), { message: hint })
+      .optional(),
+  );
+const integer = (fallback: number, min: number, max: number) =>
+  z.preprocess(
+    emptyAsUndefined,
+    z
+      .string()
+      .regex(/^\d+$/, 'must be a whole number')
+      .transform(Number)
+      .pipe(z.number().int().min(min).max(max))
+      .default(fallback),
+  );
+
+const environmentSchema = z
+  .object({
+    PORT: integer(8080, 0, 65535),
+    HOST: z.preprocess(emptyAsUndefined, z.string().default('127.0.0.1')),
+    DATABASE_URL: optionalUrl(/^postgres(ql)?:$/, 'must be a postgres:// or postgresql:// URL'),
+    EVENTSTORE_URL: optionalUrl(/^esdb(\+discover)?:$/, 'must be an esdb:// or esdb+discover:// URL'),
+    DATA_DIR: z.preprocess(emptyAsUndefined, z.string().default('./.data')),
+    AUTH_JWT_SECRET: z.preprocess(
+      emptyAsUndefined,
+      z.string().min(32, 'must be at least 32 characters (HS256 needs a 256-bit key)').optional(),
+    ),
+    AUTH_JWKS_URL: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),
+    AUTH_ISSUER: optionalString,
+    AUTH_AUDIENCE: optionalString,
+    PROJECTION_WAIT_MS: integer(5000, 0, 600_000),
+    BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
+    RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
+    LOG_LEVEL: z.preprocess(
+      emptyAsUndefined,
+      z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+    ),
+  })
+  .superRefine((env, ctx) => {
+    if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
+      ctx.addIssue({ code: 'custom', path: ['AUTH_JWKS_URL'], message: 'set AUTH_JWT_SECRET or AUTH_JWKS_URL, not both' });
+    }
+    if (env.DATABASE_URL && !env.AUTH_JWT_SECRET && !env.AUTH_JWKS_URL) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['AUTH_JWT_SECRET'],
+        message: 'with DATABASE_URL set, AUTH_JWT_SECRET or AUTH_JWKS_URL is required (only the embedded mode generates a development secret)',
+      });
+    }
+  });
+
+export type Config = Readonly<{
+  port: number;
+  host: string;
+  databaseUrl: string | undefined;
+  eventStoreUrl: string | undefined;
+  dataDir: string;
+  auth: Readonly<{
+    jwtSecret: string | undefined;
+    jwksUrl: string | undefined;
+    issuer: string | undefined;
+    audience: string | undefined;
+  }>;
+  projectionWaitMs: number;
+  bodyLimitBytes: number;
+  rateLimitPerMinute: number;
+  logLevel: string;
+}>;
+
+export class ConfigError extends Error {}
+
+export function parseConfig(environment: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = environmentSchema.safeParse(environment);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  const env = parsed.data;
+  return Object.freeze({
+    port: env.PORT,
+    host: env.HOST,
+    databaseUrl: env.DATABASE_URL,
+    eventStoreUrl: env.EVENTSTORE_URL,
+    dataDir: env.DATA_DIR,
+    auth: Object.freeze({
+      jwtSecret: env.AUTH_JWT_SECRET,
+      jwksUrl: env.AUTH_JWKS_URL,
+      issuer: env.AUTH_ISSUER,
+      audience: env.AUTH_AUDIENCE,
+    }),
+    projectionWaitMs: env.PROJECTION_WAIT_MS,
+    bodyLimitBytes: env.BODY_LIMIT_BYTES,
+    rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
+    logLevel: env.LOG_LEVEL,
+  });
+}

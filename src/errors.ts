@@ -1,0 +1,36 @@
+/** Failures the contract names (§2); the API's one error handler maps each code to its HTTP status. */
+export type ErrorCode =
+  | 'bad_request'
+  | 'unknown_operation'
+  | 'validation_error'
+  | 'unauthenticated'
+  | 'forbidden'
+  | 'not_found'
+  | 'conflict'
+  | 'idempotency_key_reused'
+  | 'payload_too_large'
+  | 'unsupported_media_type'
+  | 'rate_limited'
+  | 'internal_error'
+  | 'unavailable';
+
+export type ErrorDetail = { path: string; message: string };
+
+export class ServiceError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    readonly details?: ErrorDetail[],
+  ) {
+    super(message);
+    this.name = 'ServiceError';
+  }
+}
+
+export const notFound = (what: string) => new ServiceError('not_found', `${what} not found`);
+
+export const invalid = (path: string, message: string) =>
+  new ServiceError('validation_error', 'invalid parameters', [{ path, message }]);
+
+/** The event store or read database cannot be reached, or did not answer in time. */
+export const unavailable = (message = 'the service is temporarily unavailable') => new ServiceError('unavailable', message);

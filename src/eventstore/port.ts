@@ -1,0 +1,78 @@
+/**
+ * The event store port. The PostgreSQL adapter is the embedded default; an EventStoreDB adapter
+ * fits the same shape: streams with an expected version, and a global order with a position
+ * that is a pair of numbers (EventStoreDB's commit/prepare; PostgreSQL's transaction id/sequence).
+ */
+
+export type GlobalPosition = Readonly<{ commit: bigint; prepare: bigint }>;
+
+export const startOfLog: GlobalPosition = Object.freeze({ commit: 0n, prepare: 0n });
+
+export function comparePositions(a: GlobalPosition, b: GlobalPosition): number {
+  if (a.commit !== b.commit) return a.commit < b.commit ? -1 : 1;
+  if (a.prepare !== b.prepare) return a.prepare < b.prepare ? -1 : 1;
+  return 0;
+}
+
+export type NewEvent = {
+  /** A UUID. Deterministic per command attempt, so that a retried append is recognised, not doubled. */
+  id: string;
+  type: string;
+  data: unknown;
+  metadata: unknown;
+};
+
+export type RecordedEvent = {
+  id: string;
+  streamName: string;
+  /** 1-based number of the event within its stream. */
+  version: bigint;
+  type: string;
+  data: unknown;
+  metadata: unknown;
+  position: GlobalPosition;
+};
+
+export type AppendResult = {
+  /** The stream's version after the append: the number of events it holds. */
+  version: bigint;
+  /** Global position of the last appended event. */
+  position: GlobalPosition;
+};
+
+/** The stream did not have the expected version: someone else appended first. */
+export class StreamVersionConflict extends Error {
+  constructor(
+    readonly streamName: string,
+    readonly expectedVersion: bigint,
+  ) {
+    super(`stream ${streamName} is not at version ${expectedVersion}`);
+    this.name = 'StreamVersionConflict';
+  }
+}
+
+/** The store cannot be reached; commands answer 503 `unavailable`. */
+export class EventStoreUnavailable extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'EventStoreUnavailable';
+  }
+}
+
+export interface EventStore {
+  /**
+   * Appends atomically if the stream holds exactly `expectedVersion` events (0: the stream must not
+   * exist). Throws StreamVersionConflict otherwise, unless the same event ids were already appended
+   * at that version, in which case it answers as the first append did.
+   */
+  append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult>;
+  /** All events of one stream, oldest first; an unknown stream is empty. */
+  readStream(streamName: string): Promise<RecordedEvent[]>;
+  /** Events after `after` in global order, at most `limit`. Never skips an event that commits later. */
+  readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]>;
+  /** Resolves once events after `after` may be readable, when `signal` aborts, or after `timeoutMs`. */
+  waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void>;
+  /** Throws when the store cannot be reached. */
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}

@@ -1,0 +1,191 @@
+import type { Pool } from '../infra/postgres.js';
+import { isConnectionError, type PgListener } from '../infra/postgres.js';
+import {
+  EventStoreUnavailable,
+  StreamVersionConflict,
+  type AppendResult,
+  type EventStore,
+  type GlobalPosition,
+  type NewEvent,
+  type RecordedEvent,
+} from './port.js';
+
+const appendedChannel = 'es_appended';
+const conflictSqlState = 'ES409';
+
+/**
+ * Global order without gaps: a sequence value is taken at insert but becomes visible at commit, so
+ * readers cannot trust `position > checkpoint` alone. Every event also records its transaction id
+ * (xid8); readers order by (transaction id, position) and only read transactions below the oldest
+ * one still running (pg_snapshot_xmin), which have all either committed or aborted for good.
+ */
+export const postgresEventStoreSchema = `
+CREATE TABLE IF NOT EXISTS es_streams (
+  stream_name text PRIMARY KEY,
+  version bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS es_events (
+  position bigint GENERATED ALWAYS AS IDENTITY,
+  transaction_id xid8 NOT NULL DEFAULT pg_current_xact_id(),
+  stream_name text NOT NULL,
+  version bigint NOT NULL,
+  event_id uuid NOT NULL UNIQUE,
+  type text NOT NULL,
+  data jsonb NOT NULL,
+  metadata jsonb NOT NULL,
+  recorded_at timestamptz NOT NULL DEFAULT now(),
+  PRIMARY KEY (stream_name, version)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS es_events_global_order ON es_events (transaction_id, position);
+
+CREATE OR REPLACE FUNCTION es_append(
+  p_stream text, p_expected bigint, p_ids uuid[], p_types text[], p_data jsonb[], p_metadata jsonb[]
+) RETURNS TABLE (transaction_id text, last_position bigint) LANGUAGE plpgsql AS $$
+DECLARE
+  added int := cardinality(p_ids);
+BEGIN
+  IF p_expected = 0 THEN
+    INSERT INTO es_streams (stream_name, version) VALUES (p_stream, added) ON CONFLICT DO NOTHING;
+  ELSE
+    UPDATE es_streams SET version = version + added WHERE stream_name = p_stream AND version = p_expected;
+  END IF;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'stream % is not at version %', p_stream, p_expected USING ERRCODE = '${conflictSqlState}';
+  END IF;
+  INSERT INTO es_events (stream_name, version, event_id, type, data, metadata)
+    SELECT p_stream, p_expected + i, p_ids[i], p_types[i], p_data[i], p_metadata[i]
+    FROM generate_subscripts(p_ids, 1) AS i;
+  PERFORM pg_notify('${appendedChannel}', '');
+  RETURN QUERY SELECT pg_current_xact_id()::text, currval(pg_get_serial_sequence('es_events', 'position'));
+END $$;
+`;
+
+type EventRow = {
+  transaction_id: string;
+  position: string;
+  stream_name: string;
+  version: string;
+  event_id: string;
+  type: string;
+  data: unknown;
+  metadata: unknown;
+};
+
+const eventColumns = 'transaction_id::text, position, stream_name, version, event_id, type, data, metadata';
+
+const toRecordedEvent = (row: EventRow): RecordedEvent => ({
+  id: row.event_id,
+  streamName: row.stream_name,
+  version: BigInt(row.version),
+  type: row.type,
+  data: row.data,
+  metadata: row.metadata,
+  position: { commit: BigInt(row.transaction_id), prepare: BigInt(row.position) },
+});
+
+export class PostgresEventStore implements EventStore {
+  constructor(
+    private readonly pool: Pool,
+    private readonly listener: PgListener,
+  ) {}
+
+  async append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
+    try {
+      const { rows } = await this.guard(() =>
+        this.pool.query<{ transaction_id: string; last_position: string }>(
+          'SELECT * FROM es_append($1, $2, $3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[])',
+          [
+            streamName,
+            expectedVersion.toString(),
+            events.map((event) => event.id),
+            events.map((event) => event.type),
+            events.map((event) => JSON.stringify(event.data)),
+            events.map((event) => JSON.stringify(event.metadata)),
+          ],
+        ),
+      );
+      const row = rows[0]!;
+      return {
+        version: expectedVersion + BigInt(events.length),
+        position: { commit: BigInt(row.transaction_id), prepare: BigInt(row.last_position) },
+      };
+    } catch (error) {
+      const code = (error as { code?: string }).code;
+      if (code !== conflictSqlState && code !== '23505') throw error;
+      const earlier = await this.earlierIdenticalAppend(streamName, expectedVersion, events);
+      if (earlier) return earlier;
+      throw new StreamVersionConflict(streamName, expectedVersion);
+    }
+  }
+
+  async readStream(streamName: string): Promise<RecordedEvent[]> {
+    const { rows } = await this.guard(() =>
+      this.pool.query<EventRow>(`SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 ORDER BY version`, [streamName]),
+    );
+    return rows.map(toRecordedEvent);
+  }
+
+  async readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
+    const { rows } = await this.guard(() =>
+      this.pool.query<EventRow>(
+        `SELECT ${eventColumns} FROM es_events
+         WHERE (transaction_id, position) > ($1::text::xid8, $2::bigint)
+           AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+         ORDER BY transaction_id, position
+         LIMIT $3`,
+        [after.commit.toString(), after.prepare.toString(), limit],
+      ),
+    );
+    return rows.map(toRecordedEvent);
+  }
+
+  waitForEvents(_after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        unsubscribe();
+        signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      const unsubscribe = this.listener.on(appendedChannel, done);
+      signal.addEventListener('abort', done);
+      if (signal.aborted) done();
+    });
+  }
+
+  async ping(): Promise<void> {
+    await this.guard(() => this.pool.query('SELECT 1'));
+  }
+
+  async close(): Promise<void> {
+    // The pool and listener belong to the runtime, which closes them after everything using them.
+  }
+
+  /** A retry of an append that already succeeded (same event ids at the same version) answers as it did. */
+  private async earlierIdenticalAppend(
+    streamName: string,
+    expectedVersion: bigint,
+    events: NewEvent[],
+  ): Promise<AppendResult | undefined> {
+    const { rows } = await this.guard(() =>
+      this.pool.query<EventRow>(
+        `SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 AND version > $2 AND version <= $3 ORDER BY version`,
+        [streamName, expectedVersion.toString(), (expectedVersion + BigInt(events.length)).toString()],
+      ),
+    );
+    const same = rows.length === events.length && rows.every((row, index) => row.event_id === events[index]!.id);
+    if (!same) return undefined;
+    const last = toRecordedEvent(rows[rows.length - 1]!);
+    return { version: last.version, position: last.position };
+  }
+
+  private async guard<T>(work: () => Promise<T>): Promise<T> {
+    try {
+      return await work();
+    } catch (error) {
+      if (isConnectionError(error)) throw new EventStoreUnavailable('the event store cannot be reached', { cause: error });
+      throw error;
+    }
+  }
+}

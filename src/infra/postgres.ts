@@ -1,0 +1,118 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+
+// Bigints arrive as strings; positions and counts are converted where they are read, never as floats.
+export type Pool = pg.Pool;
+export type PoolClient = pg.PoolClient;
+
+export function createPool(connectionString: string, logger: Logger, max = 10): pg.Pool {
+  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5000, idleTimeoutMillis: 30_000 });
+  // An idle client losing its connection must not crash the process; the next query reconnects.
+  pool.on('error', (error) => logger.warn({ err: error.message }, 'idle PostgreSQL connection lost'));
+  return pool;
+}
+
+export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const result = await work(client);
+    await client.query('COMMIT');
+    return result;
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  } finally {
+    client.release();
+  }
+}
+
+/** Connection-level failures (refused, reset, terminated, timeouts), as opposed to errors in a statement. */
+export function isConnectionError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: string }).code ?? '';
+  return (
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', '57P01', '57P02', '57P03', '53300'].includes(code) ||
+    code.startsWith('08') ||
+    /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(error.message)
+  );
+}
+
+/**
+ * One LISTEN connection per process, shared by every channel; reconnects with back-off and tells
+ * listeners when it has, since notifications sent while it was away are lost.
+ */
+export class PgListener {
+  private client: pg.Client | undefined;
+  private readonly handlers = new Map<string, Set<(payload: string) => void>>();
+  private readonly reconnectHandlers = new Set<() => void>();
+  private closed = false;
+  private reconnecting = false;
+  private retryDelayMs = 100;
+
+  constructor(
+    private readonly connectionString: string,
+    private readonly logger: Logger,
+  ) {}
+
+  async start(): Promise<void> {
+    await this.connect();
+  }
+
+  on(channel: string, handler: (payload: string) => void): () => void {
+    let set = this.handlers.get(channel);
+    if (!set) {
+      set = new Set();
+      this.handlers.set(channel, set);
+      this.client?.query(`LISTEN ${pg.escapeIdentifier(channel)}`).catch(() => undefined);
+    }
+    set.add(handler);
+    return () => set.delete(handler);
+  }
+
+  onReconnect(handler: () => void): void {
+    this.reconnectHandlers.add(handler);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.client?.end().catch(() => undefined);
+    this.client = undefined;
+  }
+
+  private async connect(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.connectionString, connectionTimeoutMillis: 5000 });
+    client.on('notification', (message) => {
+      for (const handler of this.handlers.get(message.channel) ?? []) handler(message.payload ?? '');
+    });
+    const lost = () => {
+      if (this.client !== client) return;
+      this.client = undefined;
+      client.end().catch(() => undefined);
+      this.scheduleReconnect();
+    };
+    client.on('error', lost);
+    client.on('end', lost);
+    await client.connect();
+    for (const channel of this.handlers.keys()) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+    this.client = client;
+    this.retryDelayMs = 100;
+    for (const handler of this.reconnectHandlers) handler();
+  }
+
+  private scheduleReconnect(): void {
+    if (this.closed || this.reconnecting) return;
+    this.reconnecting = true;
+    const delay = this.retryDelayMs;
+    this.retryDelayMs = Math.min(this.retryDelayMs * 2, 5000);
+    this.logger.warn({ retryInMs: delay }, 'LISTEN connection lost; reconnecting');
+    setTimeout(() => {
+      this.reconnecting = false;
+      if (this.closed) return;
+      this.connect().catch(() => this.scheduleReconnect());
+    }, delay).unref();
+  }
+}
+
+/** A timestamptz column in the contract's timestamp form (§8), microseconds included. */
+export const isoMicros = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;

@@ -1,0 +1,81 @@
+import { buildApp } from './api/app.js';
+import { allScopes, mintToken } from './api/tokens.js';
+import { ConfigError, parseConfig } from './config.js';
+import { createLogger } from './infra/logger.js';
+import { startRuntime } from './runtime.js';
+
+export const developmentOrganization = 'org_dev';
+
+async function main(): Promise<void> {
+  let config;
+  try {
+    config = parseConfig();
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`${error.message}\n`);
+      process.exit(2);
+    }
+    throw error;
+  }
+  const logger = createLogger(config.logLevel);
+  const runtime = await startRuntime(config, logger);
+  const app = await buildApp({
+    services: runtime.services,
+    logger,
+    bodyLimitBytes: config.bodyLimitBytes,
+    rateLimitPerMinute: config.rateLimitPerMinute,
+  });
+
+  let stopping = false;
+  const shutdown = async (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down');
+    const forced = setTimeout(() => {
+      logger.error('shutdown took too long; exiting');
+      process.exit(1);
+    }, 15_000).unref();
+    try {
+      await app.close(); // stops accepting, finishes in-flight requests
+      await runtime.close();
+      clearTimeout(forced);
+      logger.info('stopped');
+    } catch (error) {
+      logger.error({ err: error }, 'error during shutdown');
+      process.exitCode = 1;
+    }
+  };
+  process.once('SIGTERM', () => void shutdown('SIGTERM'));
+  process.once('SIGINT', () => void shutdown('SIGINT'));
+
+  const address = await app.listen({ port: config.port, host: config.host });
+  logger.info({ address }, 'listening');
+
+  if (!config.databaseUrl && runtime.auth.kind === 'secret' && !config.auth.jwtSecret) {
+    const token = await mintToken(runtime.auth.secret, {
+      subject: 'dev-user',
+      organizations: [developmentOrganization],
+      scope: allScopes,
+      expiresIn: '30d',
+      issuer: config.auth.issuer,
+      audience: config.auth.audience,
+    });
+    process.stdout.write(
+      [
+        '',
+        `Workspace & Solution API on ${address}/api (embedded PostgreSQL, data in ${config.dataDir})`,
+        `Development token (organization ${developmentOrganization}, all scopes, valid 30 days):`,
+        '',
+        `export TOKEN=${token}`,
+        '',
+        'More tokens: npm run token -- --org org_other --scope "workspaces:read"',
+        '',
+      ].join('\n'),
+    );
+  }
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`failed to start: ${error instanceof Error ? error.message : String(error)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,140 @@
+import { assertNever } from '../write/command.js';
+import type { Envelope } from '../write/events.js';
+import { evolveSolutionRow, type SolutionRow } from './solutions-table.js';
+import { evolveWorkspaceRow, type WorkspaceRow } from './workspaces-table.js';
+
+/** The rows a batch of events reads: load these, then fold the batch over them in memory. */
+export type RowsNeeded = { workspaceIds: string[]; solutionIds: string[]; workspacesDeleted: string[] };
+
+export type LoadedRows = { workspaces: Map<string, WorkspaceRow>; solutions: Map<string, SolutionRow> };
+
+export type CountDelta = { workspaces: number; solutions: number };
+
+/** What a batch changes in the read tables, as set-based writes. */
+export type BatchChanges = {
+  upsertWorkspaces: WorkspaceRow[];
+  deleteWorkspaces: string[];
+  upsertSolutions: SolutionRow[];
+  deleteSolutions: string[];
+  organizationDeltas: Map<string, CountDelta>;
+  workspaceSolutionDeltas: Map<string, number>;
+  /** Workspaces deleted in this batch: their solution counts go away with them. */
+  workspacesDeleted: string[];
+  /** Solutions hidden with their deleted workspace that still need their own SolutionDeleted event. */
+  pendingCascades: { solution_id: string; workspace_id: string }[];
+};
+
+export function rowsNeeded(events: Envelope[]): RowsNeeded {
+  const workspaceIds = new Set<string>();
+  const solutionIds = new Set<string>();
+  const workspacesDeleted = new Set<string>();
+  for (const event of events) {
+    switch (event.type) {
+      case 'WorkspaceDeleted':
+        workspacesDeleted.add(event.data.id);
+        workspaceIds.add(event.data.id);
+        break;
+      case 'WorkspaceCreated':
+      case 'WorkspaceUpdated':
+        workspaceIds.add(event.data.id);
+        break;
+      case 'SolutionCreated':
+        workspaceIds.add(event.data.workspace_id);
+        solutionIds.add(event.data.id);
+        break;
+      case 'SolutionUpdated':
+      case 'SolutionDeleted':
+        solutionIds.add(event.data.id);
+        break;
+      default:
+        assertNever(event);
+    }
+  }
+  return { workspaceIds: [...workspaceIds], solutionIds: [...solutionIds], workspacesDeleted: [...workspacesDeleted] };
+}
+
+/** Folds a batch of events, in global order, over the rows they touch. Pure. */
+export function applyBatch(events: Envelope[], loaded: LoadedRows): BatchChanges {
+  const workspaces = new Map<string, WorkspaceRow | null>(loaded.workspaces);
+  const solutions = new Map<string, SolutionRow | null>(loaded.solutions);
+  const pendingCascades: BatchChanges['pendingCascades'] = [];
+  const workspacesDeleted: string[] = [];
+
+  for (const event of events) {
+    switch (event.type) {
+      case 'WorkspaceCreated':
+      case 'WorkspaceUpdated':
+        workspaces.set(event.data.id, evolveWorkspaceRow(workspaces.get(event.data.id) ?? null, event));
+        break;
+      case 'WorkspaceDeleted': {
+        const workspaceId = event.data.id;
+        workspaces.set(workspaceId, evolveWorkspaceRow(workspaces.get(workspaceId) ?? null, event));
+        workspacesDeleted.push(workspaceId);
+        for (const [id, row] of solutions) {
+          if (row?.workspace_id !== workspaceId) continue;
+          solutions.set(id, evolveSolutionRow(row, event, false));
+          pendingCascades.push({ solution_id: id, workspace_id: workspaceId });
+        }
+        break;
+      }
+      case 'SolutionCreated': {
+        const parentActive = Boolean(workspaces.get(event.data.workspace_id));
+        solutions.set(event.data.id, evolveSolutionRow(null, event, parentActive));
+        if (!parentActive) pendingCascades.push({ solution_id: event.data.id, workspace_id: event.data.workspace_id });
+        break;
+      }
+      case 'SolutionUpdated':
+      case 'SolutionDeleted':
+        solutions.set(event.data.id, evolveSolutionRow(solutions.get(event.data.id) ?? null, event, true));
+        break;
+      default:
+        assertNever(event);
+    }
+  }
+
+  const organizationDeltas = new Map<string, CountDelta>();
+  const workspaceSolutionDeltas = new Map<string, number>();
+  const addOrganizationDelta = (organizationId: string, delta: Partial<CountDelta>) => {
+    const current = organizationDeltas.get(organizationId) ?? { workspaces: 0, solutions: 0 };
+    current.workspaces += delta.workspaces ?? 0;
+    current.solutions += delta.solutions ?? 0;
+    organizationDeltas.set(organizationId, current);
+  };
+
+  const upsertWorkspaces: WorkspaceRow[] = [];
+  const deleteWorkspaces: string[] = [];
+  for (const [id, after] of workspaces) {
+    const before = loaded.workspaces.get(id) ?? null;
+    if (after === before) continue;
+    if (after) upsertWorkspaces.push(after);
+    else deleteWorkspaces.push(id);
+    if (!before && after) addOrganizationDelta(after.organization_id, { workspaces: 1 });
+    if (before && !after) addOrganizationDelta(before.organization_id, { workspaces: -1 });
+  }
+
+  const upsertSolutions: SolutionRow[] = [];
+  const deleteSolutions: string[] = [];
+  for (const [id, after] of solutions) {
+    const before = loaded.solutions.get(id) ?? null;
+    if (after === before) continue;
+    if (after) upsertSolutions.push(after);
+    else deleteSolutions.push(id);
+    const changed = !before && after ? { row: after, delta: 1 } : before && !after ? { row: before, delta: -1 } : null;
+    if (changed) {
+      addOrganizationDelta(changed.row.organization_id, { solutions: changed.delta });
+      const workspaceId = changed.row.workspace_id;
+      workspaceSolutionDeltas.set(workspaceId, (workspaceSolutionDeltas.get(workspaceId) ?? 0) + changed.delta);
+    }
+  }
+
+  return {
+    upsertWorkspaces,
+    deleteWorkspaces,
+    upsertSolutions,
+    deleteSolutions,
+    organizationDeltas,
+    workspaceSolutionDeltas,
+    workspacesDeleted,
+    pendingCascades,
+  };
+}

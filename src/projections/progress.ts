@@ -1,0 +1,104 @@
+import type { Logger } from 'pino';
+import { comparePositions, startOfLog, type GlobalPosition } from '../eventstore/port.js';
+import type { PgListener, Pool } from '../infra/postgres.js';
+import { readCheckpoint } from './tables.js';
+
+export const progressChannel = 'projection_progress';
+
+export const encodePosition = (position: GlobalPosition) => `${position.commit}:${position.prepare}`;
+
+function decodePosition(payload: string): GlobalPosition | undefined {
+  const match = /^(\d+):(\d+)$/.exec(payload);
+  return match ? { commit: BigInt(match[1]!), prepare: BigInt(match[2]!) } : undefined;
+}
+
+type Waiter = { position: GlobalPosition; resolve: (reached: boolean) => void; timer: NodeJS.Timeout };
+
+/**
+ * How far the projection has got, as seen by this instance: told directly by a local projector,
+ * by NOTIFY from a projector in another instance, and by polling the checkpoint while anyone
+ * waits (notifications are lost while the LISTEN connection is down). Commands wait here for
+ * their events to be applied (read-your-writes, contract §11).
+ */
+export class ProjectionProgress {
+  private checkpoint: GlobalPosition = startOfLog;
+  private readonly waiters = new Set<Waiter>();
+  private pollTimer: NodeJS.Timeout | undefined;
+  /** A position some command gave up waiting for; cleared once the projection passes it. */
+  private stalledAt: GlobalPosition | undefined;
+
+  constructor(
+    private readonly pool: Pool,
+    listener: PgListener,
+    private readonly logger: Logger,
+    private readonly pollIntervalMs = 200,
+  ) {
+    listener.on(progressChannel, (payload) => {
+      const position = decodePosition(payload);
+      if (position) this.advance(position);
+    });
+    listener.onReconnect(() => void this.refresh());
+  }
+
+  get current(): GlobalPosition {
+    return this.checkpoint;
+  }
+
+  get stalled(): boolean {
+    return this.stalledAt !== undefined;
+  }
+
+  advance(position: GlobalPosition): void {
+    if (comparePositions(position, this.checkpoint) <= 0) return;
+    this.checkpoint = position;
+    if (this.stalledAt && comparePositions(position, this.stalledAt) >= 0) this.stalledAt = undefined;
+    for (const waiter of this.waiters) {
+      if (comparePositions(position, waiter.position) >= 0) this.settle(waiter, true);
+    }
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      this.advance(await readCheckpoint(this.pool));
+    } catch (error) {
+      this.logger.debug({ err: (error as Error).message }, 'could not read the projection checkpoint');
+    }
+  }
+
+  /** True once the projection has applied `position`; false if `timeoutMs` passed first. */
+  waitFor(position: GlobalPosition, timeoutMs: number): Promise<boolean> {
+    if (comparePositions(this.checkpoint, position) >= 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const waiter: Waiter = {
+        position,
+        resolve,
+        timer: setTimeout(() => {
+          if (!this.stalledAt || comparePositions(position, this.stalledAt) < 0) this.stalledAt = position;
+          this.settle(waiter, false);
+        }, timeoutMs),
+      };
+      this.waiters.add(waiter);
+      this.ensurePolling();
+    });
+  }
+
+  close(): void {
+    for (const waiter of this.waiters) this.settle(waiter, false);
+    clearTimeout(this.pollTimer);
+  }
+
+  private settle(waiter: Waiter, reached: boolean): void {
+    clearTimeout(waiter.timer);
+    this.waiters.delete(waiter);
+    waiter.resolve(reached);
+  }
+
+  private ensurePolling(): void {
+    if (this.pollTimer) return;
+    const poll = async () => {
+      await this.refresh();
+      this.pollTimer = this.waiters.size > 0 ? setTimeout(poll, this.pollIntervalMs) : undefined;
+    };
+    this.pollTimer = setTimeout(poll, this.pollIntervalMs);
+  }
+}

@@ -1,0 +1,146 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+import type { EventStore, GlobalPosition } from '../eventstore/port.js';
+import { streamPrefixes } from '../eventstore/stream-names.js';
+import { upcast } from '../write/upcast.js';
+import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
+import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
+import { advanceCheckpoint, loadRows, readCheckpoint, writeChanges } from './tables.js';
+
+/** Key of the session advisory lock that makes exactly one projector active across instances. */
+const projectorLockKey = 7_720_411_903;
+
+export type ProjectionRunnerOptions = {
+  connectionString: string;
+  store: EventStore;
+  progress: ProjectionProgress;
+  logger: Logger;
+  batchSize?: number;
+  /** How often a standby instance tries to take over. */
+  standbyRetryMs?: number;
+  /** Idle polling starts here and doubles up to `maxIdlePollMs` while no notification arrives. */
+  minIdlePollMs?: number;
+  maxIdlePollMs?: number;
+  /** Called on becoming active and after a batch that left workspace deletions to cascade. */
+  onCascadesPending?: () => void;
+  /** Called inside the batch's transaction, before its commit; tests crash the projector here. */
+  beforeCommit?: () => Promise<void>;
+};
+
+const ourStream = (streamName: string) =>
+  streamName.startsWith(streamPrefixes.workspace) || streamName.startsWith(streamPrefixes.solution);
+
+class LostLeadership extends Error {}
+
+/**
+ * Reads events in global order, applies them in batches to the read tables and moves the
+ * checkpoint in the same transaction: after a crash a batch is either wholly applied with its
+ * checkpoint or not at all. A session advisory lock, held on the connection that writes, keeps
+ * one projector active; the checkpoint moves only from where this projector read it, so even a
+ * projector that lost its lock unknowingly cannot apply a batch twice.
+ */
+export class ProjectionRunner {
+  private readonly abort = new AbortController();
+  private loop: Promise<void> | undefined;
+  private active = false;
+
+  constructor(private readonly options: ProjectionRunnerOptions) {}
+
+  get isActive(): boolean {
+    return this.active;
+  }
+
+  start(): void {
+    this.loop ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.abort.abort();
+    await this.loop;
+  }
+
+  private async run(): Promise<void> {
+    const { logger } = this.options;
+    let failures = 0;
+    while (!this.abort.signal.aborted) {
+      const client = new pg.Client({ connectionString: this.options.connectionString, connectionTimeoutMillis: 5000 });
+      client.on('error', () => undefined);
+      try {
+        await client.connect();
+        const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [projectorLockKey]);
+        if (rows[0]?.locked) {
+          this.active = true;
+          logger.info('projector active');
+          failures = 0;
+          await this.project(client);
+        } else {
+          await this.sleep(this.options.standbyRetryMs ?? 1000);
+        }
+      } catch (error) {
+        failures += 1;
+        const delay = Math.min(100 * 2 ** failures, 5000);
+        logger.warn({ err: (error as Error).message, retryInMs: delay }, 'projector stopped; retrying');
+        await this.sleep(delay);
+      } finally {
+        if (this.active) logger.info('projector inactive');
+        this.active = false;
+        await client.end().catch(() => undefined);
+      }
+    }
+  }
+
+  private async project(client: pg.Client): Promise<void> {
+    const { store, progress, batchSize = 500, minIdlePollMs = 25, maxIdlePollMs = 1000 } = this.options;
+    let checkpoint = await readCheckpoint(client);
+    progress.advance(checkpoint);
+    this.options.onCascadesPending?.();
+    let idlePollMs = minIdlePollMs;
+    while (!this.abort.signal.aborted) {
+      const events = await store.readAll(checkpoint, batchSize);
+      if (events.length === 0) {
+        await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
+        idlePollMs = Math.min(idlePollMs * 2, maxIdlePollMs);
+        continue;
+      }
+      idlePollMs = minIdlePollMs;
+      const last = events[events.length - 1]!.position;
+      const changes = await this.applyInTransaction(client, checkpoint, last, events.filter((e) => ourStream(e.streamName)).map(upcast));
+      checkpoint = last;
+      progress.advance(checkpoint);
+      if (changes.pendingCascades.length > 0) this.options.onCascadesPending?.();
+    }
+  }
+
+  private async applyInTransaction(
+    client: pg.Client,
+    from: GlobalPosition,
+    to: GlobalPosition,
+    events: ReturnType<typeof upcast>[],
+  ): Promise<BatchChanges> {
+    await client.query('BEGIN');
+    try {
+      const changes = applyBatch(events, await loadRows(client, rowsNeeded(events)));
+      await writeChanges(client, changes);
+      if (!(await advanceCheckpoint(client, from, to))) throw new LostLeadership('the checkpoint was moved by another projector');
+      await client.query('SELECT pg_notify($1, $2)', [progressChannel, encodePosition(to)]);
+      await this.options.beforeCommit?.();
+      await client.query('COMMIT');
+      return changes;
+    } catch (error) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    }
+  }
+
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.abort.signal.removeEventListener('abort', done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.abort.signal.addEventListener('abort', done);
+    });
+  }
+}

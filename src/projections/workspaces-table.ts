@@ -1,0 +1,10 @@
+import type { Envelope, WorkspaceEvent } from '../write/events.js';
+import { evolveWorkspace, type Workspace } from '../write/workspace.js';
+
+export type WorkspaceRow = Workspace;
+
+/** A row of the workspaces table: the record while it is active, nothing once deleted. */
+export function evolveWorkspaceRow(row: WorkspaceRow | null, event: Envelope<WorkspaceEvent>): WorkspaceRow | null {
+  const state = evolveWorkspace(row ? { status: 'active', workspace: row } : { status: 'absent' }, event);
+  return state.status === 'active' ? state.workspace : null;
+}

@@ -1,0 +1,140 @@
+import { customAlphabet } from 'nanoid';
+import type { Logger } from 'pino';
+import type { AppServices, Readiness } from './api/app.js';
+import type { AuthSettings } from './api/auth.js';
+import { createTokenVerifier } from './api/auth.js';
+import type { Queries } from './api/operations.js';
+import type { Config } from './config.js';
+import type { EventStore } from './eventstore/port.js';
+import { PostgresEventStore } from './eventstore/postgres.js';
+import { createClock } from './infra/clock.js';
+import { readOrCreateDevelopmentSecret, startEmbeddedPostgres } from './infra/embedded-postgres.js';
+import { migrate } from './infra/migrate.js';
+import { createPool, PgListener, type Pool } from './infra/postgres.js';
+import { ProjectionProgress } from './projections/progress.js';
+import { ProjectionRunner } from './projections/runner.js';
+import { getSolution, listSolutions } from './read/solutions.js';
+import { getWorkspace, listWorkspaces } from './read/workspaces.js';
+import { CascadeWorker } from './write/cascade.js';
+import { CommandHandlers } from './write/handlers.js';
+
+/** Generated ids: nanoid's alphabet and length (21), as contract §4 says. */
+const nanoid = customAlphabet('0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-', 21);
+
+export type Runtime = {
+  services: AppServices;
+  auth: AuthSettings;
+  databaseUrl: string;
+  pool: Pool;
+  store: EventStore;
+  projector: ProjectionRunner;
+  progress: ProjectionProgress;
+  cascade: CascadeWorker;
+  /** Stops the projector, closes pools and stops an embedded database, in that order. */
+  close: () => Promise<void>;
+};
+
+export type RuntimeOptions = {
+  /** Whether this instance competes to run the projector (tests may run a command-only instance). */
+  runProjector?: boolean;
+  projectorBatchSize?: number;
+};
+
+async function resolveAuth(config: Config, embedded: boolean): Promise<AuthSettings> {
+  const { issuer, audience } = config.auth;
+  if (config.auth.jwksUrl) return { kind: 'jwks', jwksUrl: config.auth.jwksUrl, issuer, audience };
+  if (config.auth.jwtSecret) return { kind: 'secret', secret: config.auth.jwtSecret, issuer, audience };
+  if (!embedded) throw new Error('AUTH_JWT_SECRET or AUTH_JWKS_URL is required with DATABASE_URL');
+  return { kind: 'secret', secret: await readOrCreateDevelopmentSecret(config.dataDir), issuer, audience };
+}
+
+/** Everything the service runs on, wired together: database, event store, projector, handlers. */
+export async function startRuntime(config: Config, logger: Logger, options: RuntimeOptions = {}): Promise<Runtime> {
+  const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir, logger);
+  const databaseUrl = config.databaseUrl ?? embedded!.url;
+  const stopEmbedded = async () => embedded?.stop();
+  try {
+    const auth = await resolveAuth(config, embedded !== undefined);
+    const pool = createPool(databaseUrl, logger, 20);
+    const listener = new PgListener(databaseUrl, logger);
+    await migrate(pool, { eventStore: true });
+    await listener.start();
+    const store: EventStore = new PostgresEventStore(pool, listener);
+    const progress = new ProjectionProgress(pool, listener, logger);
+    await progress.refresh();
+    const cascade = new CascadeWorker(store, pool, logger);
+    const projector = new ProjectionRunner({
+      connectionString: databaseUrl,
+      store,
+      progress,
+      logger: logger.child({ component: 'projector' }),
+      batchSize: options.projectorBatchSize,
+      onCascadesPending: () => cascade.drainAll(),
+    });
+    if (options.runProjector ?? true) projector.start();
+
+    const commands = new CommandHandlers({
+      store,
+      cascade,
+      clock: createClock(),
+      newId: (prefix) => `${prefix}${nanoid()}`,
+      awaitProjection: async (position) => {
+        if (!(await progress.waitFor(position, config.projectionWaitMs))) {
+          logger.warn({ waitedMs: config.projectionWaitMs }, 'projection did not catch up in time; answering anyway');
+        }
+      },
+      logger,
+    });
+
+    const queries: Queries = {
+      getWorkspace: (id, organizations) => getWorkspace(pool, id, organizations),
+      listWorkspaces: (organizations, page) => listWorkspaces(pool, organizations, page),
+      getSolution: (id, organizations) => getSolution(pool, id, organizations),
+      listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),
+    };
+
+    const readiness = async (): Promise<Readiness> => {
+      const checks: Record<string, string> = {};
+      const probe = async (name: string, work: () => Promise<unknown>) => {
+        try {
+          await work();
+          checks[name] = 'ok';
+        } catch {
+          checks[name] = 'unreachable';
+        }
+      };
+      await Promise.all([probe('event_store', () => store.ping()), probe('read_database', () => pool.query('SELECT 1'))]);
+      if (checks.event_store === 'ok' && checks.read_database === 'ok') {
+        await progress.refresh();
+        const [next] = await store.readAll(progress.current, 1);
+        // Behind is normal for a moment under load; behind for longer than a command would wait is not.
+        const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next.position, Math.min(config.projectionWaitMs, 1000))));
+        checks.projection = caughtUp ? 'caught_up' : 'behind';
+      }
+      return { ready: Object.values(checks).every((value) => value === 'ok' || value === 'caught_up'), checks };
+    };
+
+    return {
+      services: { verifyToken: createTokenVerifier(auth), commands, queries, readiness },
+      auth,
+      databaseUrl,
+      pool,
+      store,
+      projector,
+      progress,
+      cascade,
+      close: async () => {
+        await projector.stop();
+        await cascade.idle();
+        progress.close();
+        await listener.close();
+        await store.close();
+        await pool.end();
+        await stopEmbedded();
+      },
+    };
+  } catch (error) {
+    await stopEmbedded();
+    throw error;
+  }
+}

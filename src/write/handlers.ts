@@ -1,0 +1,157 @@
+import type { Logger } from 'pino';
+import { notFound, ServiceError } from '../errors.js';
+import type { EventStore, GlobalPosition } from '../eventstore/port.js';
+import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
+import type { CascadeWorker } from './cascade.js';
+import type { CommandContext } from './command.js';
+import { solutionDecider, workspaceDecider } from './deciders.js';
+import { execute, loadState } from './execute.js';
+import type { JsonObject } from './merge-patch.js';
+import type { Solution } from './solution.js';
+import type { Timestamp } from './timestamp.js';
+import type { Documentation } from './values.js';
+import type { Workspace } from './workspace.js';
+
+/** Who is calling: the token's subject and the organizations it grants (contract §3). */
+export type Caller = { subject: string; organizations: ReadonlySet<string>; requestId: string };
+
+export type CommandHandlerDeps = {
+  store: EventStore;
+  cascade: CascadeWorker;
+  clock: () => Timestamp;
+  newId: (prefix: 'ws_' | 'sol_') => string;
+  /** Resolves once the projection has applied `position` or the wait timed out (contract §11). */
+  awaitProjection: (position: GlobalPosition) => Promise<void>;
+  logger: Logger;
+};
+
+export type CreateWorkspaceParams = { organization_id: string; name: string; description?: string | undefined; attributes?: JsonObject | undefined };
+export type UpdateWorkspaceParams = { id: string; name: string; description?: string | undefined; attributes?: JsonObject | undefined };
+export type CreateSolutionParams = {
+  workspace_id: string;
+  organization_id?: string | undefined;
+  name: string;
+  description?: string | undefined;
+  attributes?: JsonObject | undefined;
+  documentation?: Documentation | undefined;
+};
+export type UpdateSolutionParams = {
+  id: string;
+  name: string;
+  description?: string | undefined;
+  attributes?: JsonObject | undefined;
+  documentation?: Documentation | undefined;
+};
+
+/**
+ * The write side's entry points: each loads a record's stream, decides, appends, and answers once
+ * the projection has applied the result. Records of organizations the caller cannot access are
+ * reported exactly like missing ones.
+ */
+export class CommandHandlers {
+  constructor(private readonly deps: CommandHandlerDeps) {}
+
+  async createWorkspace(params: CreateWorkspaceParams, caller: Caller): Promise<Workspace> {
+    if (!caller.organizations.has(params.organization_id)) {
+      throw new ServiceError('forbidden', 'the token does not grant access to this organization');
+    }
+    const id = this.deps.newId('ws_');
+    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller.requestId, () => ({
+      type: 'CreateWorkspace' as const,
+      id,
+      organizationId: params.organization_id,
+      name: params.name,
+      description: params.description,
+      attributes: params.attributes,
+      context: this.context(caller),
+    }));
+    return this.settled(outcome, (state) => (state.status === 'active' ? state.workspace : undefined));
+  }
+
+  async updateWorkspace(params: UpdateWorkspaceParams, caller: Caller): Promise<Workspace> {
+    const outcome = await execute(this.deps.store, workspaceStream(params.id), workspaceDecider, caller.requestId, (state) => {
+      if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
+      return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
+    });
+    return this.settled(outcome, (state) => (state.status === 'active' ? state.workspace : undefined));
+  }
+
+  async deleteWorkspace(id: string, caller: Caller): Promise<{ id: string }> {
+    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller.requestId, (state) => {
+      if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
+      return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
+    });
+    await this.awaitProjection(outcome.position);
+    // The solutions are already hidden; their own deletion events are written before answering.
+    await this.deps.cascade.drainWorkspace(id);
+    return { id };
+  }
+
+  async createSolution(params: CreateSolutionParams, caller: Caller): Promise<Solution> {
+    const workspace = await this.activeWorkspace(params.workspace_id, caller);
+    const id = this.deps.newId('sol_');
+    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller.requestId, () => ({
+      type: 'CreateSolution' as const,
+      id,
+      workspace: { id: workspace.id, organization_id: workspace.organization_id },
+      organizationId: params.organization_id,
+      name: params.name,
+      description: params.description,
+      attributes: params.attributes,
+      documentation: params.documentation,
+      context: this.context(caller),
+    }));
+    await this.awaitProjection(outcome.position);
+    // The workspace may have been deleted while the solution was being created: then it never
+    // shows, and the projector has listed it for the cascade.
+    const parent = await loadState(this.deps.store, workspaceStream(workspace.id), workspaceDecider);
+    if (parent.state.status !== 'active') {
+      await this.deps.cascade.drainWorkspace(workspace.id);
+      throw notFound('workspace');
+    }
+    if (outcome.state.status !== 'active') throw new ServiceError('internal_error', 'created solution is not active');
+    return outcome.state.solution;
+  }
+
+  async updateSolution(params: UpdateSolutionParams, caller: Caller): Promise<Solution> {
+    const outcome = await execute(this.deps.store, solutionStream(params.id), solutionDecider, caller.requestId, async (state) => {
+      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+      return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
+    });
+    return this.settled(outcome, (state) => (state.status === 'active' ? state.solution : undefined));
+  }
+
+  async deleteSolution(id: string, caller: Caller): Promise<{ id: string }> {
+    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller.requestId, async (state) => {
+      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+      return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
+    });
+    await this.awaitProjection(outcome.position);
+    return { id };
+  }
+
+  /** The workspace if it is active and the caller may access it; otherwise `what` is not found. */
+  private async activeWorkspace(workspaceId: string, caller: Caller, what = 'workspace'): Promise<Workspace> {
+    const { state } = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider);
+    if (state.status !== 'active' || !caller.organizations.has(state.workspace.organization_id)) throw notFound(what);
+    return state.workspace;
+  }
+
+  private context(caller: Caller): CommandContext {
+    return { actor: caller.subject, requestId: caller.requestId, now: this.deps.clock() };
+  }
+
+  private async awaitProjection(position: GlobalPosition | undefined): Promise<void> {
+    if (position) await this.deps.awaitProjection(position);
+  }
+
+  private async settled<State, Record>(
+    outcome: { state: State; position: GlobalPosition | undefined },
+    record: (state: State) => Record | undefined,
+  ): Promise<Record> {
+    await this.awaitProjection(outcome.position);
+    const result = record(outcome.state);
+    if (!result) throw new ServiceError('internal_error', 'command left no active record');
+    return result;
+  }
+}

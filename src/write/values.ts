@@ -1,0 +1,101 @@
+import { z } from 'zod';
+import { invalid } from '../errors.js';
+import { mergePatch, type JsonObject } from './merge-patch.js';
+
+/** The value rules of contract §4–§6, shared by the API's parameter schemas and the deciders. */
+
+const idSuffix = '[A-Za-z0-9_-]{1,64}';
+const idSchema = (prefix: string, what: string) =>
+  z.string().regex(new RegExp(`^${prefix}${idSuffix}$`), `must be ${what} id: "${prefix}" and 1 to 64 of A-Z a-z 0-9 _ -`);
+
+export const organizationId = idSchema('org_', 'an organization');
+export const workspaceId = idSchema('ws_', 'a workspace');
+export const solutionId = idSchema('sol_', 'a solution');
+
+const codePoints = (value: string) => [...value].length;
+
+const wellFormed = (schema: z.ZodString) =>
+  schema.refine((value) => value.isWellFormed(), 'must be well-formed Unicode (no lone surrogates)');
+
+export const name = wellFormed(z.string())
+  .refine((value) => codePoints(value) >= 1 && codePoints(value) <= 50, 'must be 1 to 50 characters')
+  .refine((value) => /\S/u.test(value), 'must contain a non-whitespace character')
+  .refine((value) => !/\p{Cc}/u.test(value), 'must not contain control characters');
+
+export const description = wellFormed(z.string())
+  .refine((value) => codePoints(value) <= 255, 'must be at most 255 characters')
+  .refine((value) => !/(?![\t\n\r])\p{Cc}/u.test(value), 'must not contain control characters other than tab, line feed and carriage return');
+
+export const limits = {
+  attributesBytes: 64 * 1024,
+  attributesDepth: 32,
+  documentationBytes: 512 * 1024,
+  documentationBlocks: 1000,
+} as const;
+
+const forbiddenKeys = new Set(['__proto__', 'constructor', 'prototype']);
+
+/** The first problem in a JSON value's strings and keys, as a path suffix and a message; null when clean. */
+function jsonProblem(value: unknown, depth: number, maxDepth: number): { path: string[]; message: string } | null {
+  if (typeof value === 'string') {
+    if (!value.isWellFormed()) return { path: [], message: 'strings must be well-formed Unicode' };
+    if (value.includes('\u0000')) return { path: [], message: 'strings must not contain NUL (\\u0000)' };
+    return null;
+  }
+  if (typeof value !== 'object' || value === null) return null;
+  if (depth > maxDepth) return { path: [], message: `must be at most ${maxDepth} levels deep` };
+  const entries = Array.isArray(value) ? value.map((item, index) => [String(index), item] as const) : Object.entries(value);
+  for (const [key, item] of entries) {
+    if (!Array.isArray(value)) {
+      if (forbiddenKeys.has(key)) return { path: [key], message: `the key "${key}" is not allowed` };
+      if (!key.isWellFormed() || key.includes('\u0000')) {
+        return { path: [], message: 'keys must be well-formed Unicode without NUL (\\u0000)' };
+      }
+    }
+    const problem = jsonProblem(item, depth + 1, maxDepth);
+    if (problem) return { path: [key, ...problem.path], message: problem.message };
+  }
+  return null;
+}
+
+const serializedBytes = (value: unknown) => Buffer.byteLength(JSON.stringify(value), 'utf8');
+
+function attributesProblem(value: JsonObject): string | null {
+  return serializedBytes(value) > limits.attributesBytes ? `must be at most ${limits.attributesBytes} bytes serialized` : null;
+}
+
+/** Applies an update's merge patch; the result must itself stay within the size limit. */
+export function mergeAttributes(current: JsonObject, patch: JsonObject): JsonObject {
+  const merged = mergePatch(current, patch);
+  const problem = attributesProblem(merged);
+  if (problem) throw invalid('params.attributes', `after merging, attributes ${problem}`);
+  return merged;
+}
+
+/**
+ * A JSON object (not null, not an array) within the size, depth, key and string rules of §6.
+ * Checked on the raw value: a record schema would copy the object and could drop a `__proto__` key unseen.
+ */
+export const attributes = z.custom<JsonObject>().superRefine((value, ctx) => {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    ctx.addIssue({ code: 'custom', message: 'must be a JSON object' });
+    return;
+  }
+  const problem = jsonProblem(value, 1, limits.attributesDepth);
+  if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
+  const sizeProblem = attributesProblem(value);
+  if (sizeProblem) ctx.addIssue({ code: 'custom', message: sizeProblem });
+});
+
+const block = z.strictObject({
+  type: z.literal('text', { error: 'only the block type "text" exists' }),
+  content: wellFormed(z.string()).refine((value) => !value.includes('\u0000'), 'must not contain NUL (\\u0000)'),
+});
+
+export const documentation = z
+  .strictObject({ blocks: z.array(block).max(limits.documentationBlocks, `at most ${limits.documentationBlocks} blocks`) })
+  .refine((value) => serializedBytes(value) <= limits.documentationBytes, `must be at most ${limits.documentationBytes} bytes serialized`);
+
+export type Documentation = z.infer<typeof documentation>;
+
+export const emptyDocumentation = (): Documentation => ({ blocks: [] });
