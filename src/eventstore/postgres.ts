@@ -61,7 +61,7 @@ END $$;
 `;
 
 type EventRow = {
-  transaction_id: string;
+  commit_position: string;
   position: string;
   stream_name: string;
   version: string;
@@ -71,7 +71,8 @@ type EventRow = {
   metadata: unknown;
 };
 
-const eventColumns = 'transaction_id::text, position, stream_name, version, event_id, type, data, metadata';
+// Aliased: an output column named transaction_id would make ORDER BY sort the text, not the xid8.
+const eventColumns = 'transaction_id::text AS commit_position, position, stream_name, version, event_id, type, data, metadata';
 
 const toRecordedEvent = (row: EventRow): RecordedEvent => ({
   id: row.event_id,
@@ -80,7 +81,7 @@ const toRecordedEvent = (row: EventRow): RecordedEvent => ({
   type: row.type,
   data: row.data,
   metadata: row.metadata,
-  position: { commit: BigInt(row.transaction_id), prepare: BigInt(row.position) },
+  position: { commit: BigInt(row.commit_position), prepare: BigInt(row.position) },
 });
 
 export class PostgresEventStore implements EventStore {

@@ -1,0 +1,132 @@
+import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { streamPrefixes } from '../eventstore/stream-names.js';
+import type { Pool } from '../infra/postgres.js';
+import { isSolutionEvent, isWorkspaceEvent } from '../write/events.js';
+import { evolveSolution, initialSolutionState, type Solution, type SolutionState } from '../write/solution.js';
+import { upcast } from '../write/upcast.js';
+import { evolveWorkspace, initialWorkspaceState, type Workspace, type WorkspaceState } from '../write/workspace.js';
+import { solutionColumns, workspaceColumns } from './tables.js';
+
+export type ReadModelSnapshot = {
+  workspaces: Map<string, Workspace>;
+  solutions: Map<string, Solution>;
+  organizationCounts: Map<string, { workspaces: number; solutions: number }>;
+  workspaceSolutionCounts: Map<string, number>;
+};
+
+/**
+ * What the read tables must hold, folded from every stream with the write side's own `evolve`,
+ * independently of the projector's batch code: active records, a solution only while its
+ * workspace is active, and counts derived from those.
+ */
+export async function expectedReadModel(store: EventStore, until?: GlobalPosition): Promise<ReadModelSnapshot> {
+  const workspaceStates = new Map<string, WorkspaceState>();
+  const solutionStates = new Map<string, SolutionState>();
+  let position = startOfLog;
+  for (;;) {
+    const batch = await store.readAll(position, 2000);
+    for (const recorded of batch) {
+      if (until && comparePositions(recorded.position, until) > 0) return snapshotOf(workspaceStates, solutionStates);
+      if (!recorded.streamName.startsWith(streamPrefixes.workspace) && !recorded.streamName.startsWith(streamPrefixes.solution)) continue;
+      const event = upcast(recorded);
+      if (isWorkspaceEvent(event)) {
+        workspaceStates.set(recorded.streamName, evolveWorkspace(workspaceStates.get(recorded.streamName) ?? initialWorkspaceState, event));
+      } else if (isSolutionEvent(event)) {
+        solutionStates.set(recorded.streamName, evolveSolution(solutionStates.get(recorded.streamName) ?? initialSolutionState, event));
+      }
+    }
+    if (batch.length === 0) break;
+    position = batch[batch.length - 1]!.position;
+  }
+  return snapshotOf(workspaceStates, solutionStates);
+}
+
+function snapshotOf(workspaceStates: Map<string, WorkspaceState>, solutionStates: Map<string, SolutionState>): ReadModelSnapshot {
+  const snapshot = emptySnapshot();
+  for (const state of workspaceStates.values()) {
+    if (state.status !== 'active') continue;
+    snapshot.workspaces.set(state.workspace.id, state.workspace);
+    count(snapshot, state.workspace.organization_id).workspaces += 1;
+  }
+  for (const state of solutionStates.values()) {
+    if (state.status !== 'active' || !snapshot.workspaces.has(state.solution.workspace_id)) continue;
+    const { solution } = state;
+    snapshot.solutions.set(solution.id, solution);
+    count(snapshot, solution.organization_id).solutions += 1;
+    snapshot.workspaceSolutionCounts.set(solution.workspace_id, (snapshot.workspaceSolutionCounts.get(solution.workspace_id) ?? 0) + 1);
+  }
+  return snapshot;
+}
+
+const emptySnapshot = (): ReadModelSnapshot => ({
+  workspaces: new Map(),
+  solutions: new Map(),
+  organizationCounts: new Map(),
+  workspaceSolutionCounts: new Map(),
+});
+
+function count(snapshot: ReadModelSnapshot, organizationId: string) {
+  let counts = snapshot.organizationCounts.get(organizationId);
+  if (!counts) {
+    counts = { workspaces: 0, solutions: 0 };
+    snapshot.organizationCounts.set(organizationId, counts);
+  }
+  return counts;
+}
+
+/** The read tables as they are (zero counts are the same as no count). */
+export async function actualReadModel(pool: Pool, schema = 'public'): Promise<ReadModelSnapshot> {
+  const snapshot = emptySnapshot();
+  const table = (name: string) => `${schema === 'public' ? '' : `${schema}.`}${name}`;
+  const [workspaces, solutions, organizations, workspaceCounts] = await Promise.all([
+    pool.query<Workspace>(`SELECT ${workspaceColumns} FROM ${table('workspaces')}`),
+    pool.query<Solution>(`SELECT ${solutionColumns} FROM ${table('solutions')}`),
+    pool.query<{ organization_id: string; workspaces: string; solutions: string }>(
+      `SELECT organization_id, workspaces, solutions FROM ${table('organization_counts')}`,
+    ),
+    pool.query<{ workspace_id: string; solutions: string }>(`SELECT workspace_id, solutions FROM ${table('workspace_solution_counts')}`),
+  ]);
+  for (const row of workspaces.rows) snapshot.workspaces.set(row.id, row);
+  for (const row of solutions.rows) snapshot.solutions.set(row.id, row);
+  for (const row of organizations.rows) {
+    if (Number(row.workspaces) !== 0 || Number(row.solutions) !== 0) {
+      snapshot.organizationCounts.set(row.organization_id, { workspaces: Number(row.workspaces), solutions: Number(row.solutions) });
+    }
+  }
+  for (const row of workspaceCounts.rows) {
+    if (Number(row.solutions) !== 0) snapshot.workspaceSolutionCounts.set(row.workspace_id, Number(row.solutions));
+  }
+  return snapshot;
+}
+
+/** Every difference between two snapshots, one line each; empty when they agree. */
+export function compareReadModels(expected: ReadModelSnapshot, actual: ReadModelSnapshot): string[] {
+  const differences: string[] = [];
+  const compareMaps = <T>(what: string, want: Map<string, T>, have: Map<string, T>) => {
+    for (const [key, value] of want) {
+      if (!have.has(key)) differences.push(`${what} ${key}: missing from the read tables`);
+      else if (!sameJson(value, have.get(key))) {
+        differences.push(`${what} ${key}: expected ${JSON.stringify(value)}, found ${JSON.stringify(have.get(key))}`);
+      }
+    }
+    for (const key of have.keys()) if (!want.has(key)) differences.push(`${what} ${key}: in the read tables but not in the log`);
+  };
+  compareMaps('workspace', expected.workspaces, actual.workspaces);
+  compareMaps('solution', expected.solutions, actual.solutions);
+  compareMaps('organization count', expected.organizationCounts, actual.organizationCounts);
+  compareMaps('workspace solution count', expected.workspaceSolutionCounts, actual.workspaceSolutionCounts);
+  return differences;
+}
+
+/** JSON equality regardless of key order (jsonb does not keep it). */
+function sameJson(a: unknown, b: unknown): boolean {
+  return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
+}
+
+function canonical(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(canonical);
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(Object.keys(value).sort().map((key) => [key, canonical((value as Record<string, unknown>)[key])]));
+  }
+  return value;
+}

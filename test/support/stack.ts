@@ -1,0 +1,54 @@
+import { pino } from 'pino';
+import { PostgresEventStore } from '../../src/eventstore/postgres.js';
+import { migrate } from '../../src/infra/migrate.js';
+import { createPool, PgListener, type Pool } from '../../src/infra/postgres.js';
+import { ProjectionProgress } from '../../src/projections/progress.js';
+import { ProjectionRunner, type ProjectionRunnerOptions } from '../../src/projections/runner.js';
+import { actualReadModel, compareReadModels, expectedReadModel } from '../../src/projections/verify.js';
+import { createTestDatabase } from './database.js';
+
+export const silentLogger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
+
+/** The PostgreSQL event store and read tables on a fresh database, without HTTP. */
+export async function startStack(databaseUrl?: string) {
+  const url = databaseUrl ?? (await createTestDatabase());
+  const pool = createPool(url, silentLogger, 30);
+  await migrate(pool, { eventStore: true });
+  const listener = new PgListener(url, silentLogger);
+  await listener.start();
+  const store = new PostgresEventStore(pool, listener);
+  const progress = new ProjectionProgress(pool, listener, silentLogger);
+  const runners: ProjectionRunner[] = [];
+  return {
+    url,
+    pool,
+    store,
+    progress,
+    runner(options: Partial<ProjectionRunnerOptions> = {}) {
+      const runner = new ProjectionRunner({ connectionString: url, store, progress, logger: silentLogger, standbyRetryMs: 100, ...options });
+      runners.push(runner);
+      return runner;
+    },
+    /** Differences between the read tables and a fold of every stream; empty when they agree. */
+    async differences() {
+      return compareReadModels(await expectedReadModel(store), await actualReadModel(pool));
+    },
+    async close() {
+      await Promise.all(runners.map((runner) => runner.stop()));
+      progress.close();
+      await listener.close();
+      await pool.end();
+    },
+  };
+}
+
+export type Stack = Awaited<ReturnType<typeof startStack>>;
+
+/** Resolves once `condition` holds, polling; fails after `timeoutMs`. */
+export async function eventually(condition: () => Promise<boolean> | boolean, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+}
