@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { AppServices, Readiness } from './api/app.js';
 import type { AuthSettings } from './api/auth.js';
 import { createTokenVerifier } from './api/auth.js';
+import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
 import type { Config } from './config.js';
 import type { EventStore } from './eventstore/port.js';
@@ -115,7 +116,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     };
 
     return {
-      services: { verifyToken: createTokenVerifier(auth), commands, queries, readiness },
+      services: { verifyToken: createTokenVerifier(auth), idempotency: new IdempotencyKeys(pool), commands, queries, readiness },
       auth,
       databaseUrl,
       pool,

@@ -5,7 +5,8 @@ import type { z } from 'zod';
 import { ServiceError, type ErrorDetail } from '../errors.js';
 import type { CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
-import { sendError } from './errors.js';
+import { errorBody, sendError, statusOf, toServiceError } from './errors.js';
+import { IdempotencyKeys } from './idempotency.js';
 import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas } from './schemas.js';
@@ -14,6 +15,7 @@ export type Readiness = { ready: boolean; checks: Record<string, string> };
 
 export type AppServices = {
   verifyToken: TokenVerifier;
+  idempotency: IdempotencyKeys;
   commands: CommandHandlers;
   queries: Queries;
   readiness: () => Promise<Readiness>;
@@ -31,6 +33,8 @@ declare module 'fastify' {
     principal?: Principal;
   }
 }
+
+const isCommand = (operation: string) => /^(create|update|delete)_/.test(operation);
 
 const validRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -86,7 +90,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         throw new ServiceError('rate_limited', 'too many requests; retry later');
       }
     },
-    handler: async (request) => {
+    handler: async (request, reply) => {
       if (!request.headers['content-type']) throw new ServiceError('unsupported_media_type', 'the body must be application/json');
       const envelope = envelopeSchema.safeParse(request.body);
       if (!envelope.success) {
@@ -102,12 +106,29 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const parsed = paramsSchemas[query].safeParse(params);
       if (!parsed.success) throw new ServiceError('validation_error', 'invalid parameters', zodDetails(parsed.error, 'params'));
       const caller = { subject: principal.subject, organizations: principal.organizations, requestId: request.id };
-      const data = await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, {
-        caller,
-        commands: services.commands,
-        queries: services.queries,
+      const run = async () => ({
+        data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, {
+          caller,
+          commands: services.commands,
+          queries: services.queries,
+        }),
       });
-      return { data };
+
+      const key = isCommand(query) ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
+      if (key === undefined) return run();
+      const replay = await services.idempotency.begin(principal.subject, key, IdempotencyKeys.hash(query, params));
+      if (replay) return reply.code(replay.status).header('idempotent-replayed', 'true').send(replay.body);
+      try {
+        const body = await run();
+        await services.idempotency.complete(principal.subject, key, { status: 200, body });
+        return body;
+      } catch (error) {
+        const serviceError = toServiceError(error);
+        const status = statusOf[serviceError.code];
+        if (status >= 500) await services.idempotency.release(principal.subject, key);
+        else await services.idempotency.complete(principal.subject, key, { status, body: errorBody(serviceError, request.id) });
+        throw error;
+      }
     },
   });
 

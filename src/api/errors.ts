@@ -43,16 +43,22 @@ export function toServiceError(error: unknown): ServiceError {
 }
 
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
-  const serviceError = toServiceError(error);
+  // Unknown paths and methods are 404 whatever their body: a body the router's 404 handler failed
+  // to parse (invalid JSON, empty, too large) must not turn it into a 400 or 413 (contract §1).
+  const serviceError = request.is404 ? new ServiceError('not_found', 'no such endpoint') : toServiceError(error);
   const status = statusOf[serviceError.code];
   if (status >= 500) request.log.error({ err: error }, 'request failed');
   else request.log.info({ code: serviceError.code }, serviceError.message);
   if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');
-  const body: { code: ErrorCode; message: string; details?: ErrorDetail[]; request_id: string } = {
+  return reply.code(status).send(errorBody(serviceError, request.id));
+}
+
+export function errorBody(serviceError: ServiceError, requestId: string) {
+  const error: { code: ErrorCode; message: string; details?: ErrorDetail[]; request_id: string } = {
     code: serviceError.code,
     message: serviceError.message,
-    request_id: request.id,
+    request_id: requestId,
   };
-  if (serviceError.details) body.details = serviceError.details;
-  return reply.code(status).send({ error: body });
+  if (serviceError.details) error.details = serviceError.details;
+  return { error };
 }

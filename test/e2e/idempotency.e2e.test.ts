@@ -1,0 +1,66 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callApi, startTestService, type TestService } from '../support/service.js';
+
+describe('Idempotency-Key on commands', () => {
+  let service: TestService;
+  let token: string;
+
+  beforeAll(async () => {
+    service = await startTestService();
+    token = await service.token(['org_idem']);
+  });
+  afterAll(() => service?.close());
+
+  const create = (key: string, name: string, bearer = token) =>
+    callApi(service, bearer, 'create_workspace', { organization_id: 'org_idem', name }, { 'idempotency-key': key });
+
+  it('replays the first answer to a repeated request and creates once', async () => {
+    const first = await create('key-replay', 'Once');
+    const second = await create('key-replay', 'Once');
+    expect(first.status).toBe(200);
+    expect(second.status).toBe(200);
+    expect(second.body).toEqual(first.body);
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
+    const list = await callApi(service, token, 'list_workspaces', { page: 1, size: 100 });
+    expect(list.body.data.items.filter((w: { name: string }) => w.name === 'Once')).toHaveLength(1);
+  });
+
+  it('answers 422 when the key is reused with a different request', async () => {
+    expect((await create('key-reused', 'A')).status).toBe(200);
+    const reused = await create('key-reused', 'B');
+    expect(reused.status).toBe(422);
+    expect(reused.body.error.code).toBe('idempotency_key_reused');
+  });
+
+  it('lets concurrent repeats through at most once: the others get 409 or the replay', async () => {
+    const answers = await Promise.all(Array.from({ length: 8 }, () => create('key-concurrent', 'Concurrent')));
+    const statuses = answers.map((a) => a.status);
+    expect(statuses.every((s) => s === 200 || s === 409)).toBe(true);
+    const ids = new Set(answers.filter((a) => a.status === 200).map((a) => a.body.data.id));
+    expect(ids.size).toBe(1);
+    for (const answer of answers.filter((a) => a.status === 409)) expect(answer.body.error.code).toBe('conflict');
+    const list = await callApi(service, token, 'list_workspaces', { page: 1, size: 100 });
+    expect(list.body.data.items.filter((w: { name: string }) => w.name === 'Concurrent')).toHaveLength(1);
+  });
+
+  it('replays client errors, and keeps keys apart per caller', async () => {
+    const missing = { id: 'ws_doesnotexist' };
+    const first = await callApi(service, token, 'delete_workspace', missing, { 'idempotency-key': 'key-error' });
+    const again = await callApi(service, token, 'delete_workspace', missing, { 'idempotency-key': 'key-error' });
+    expect(first.status).toBe(404);
+    expect(again.status).toBe(404);
+    expect(again.body).toEqual(first.body);
+
+    const other = await service.token(['org_idem'], undefined, 'user-2');
+    const mine = await create('key-shared', 'Mine');
+    const theirs = await create('key-shared', 'Theirs', other);
+    expect(theirs.status).toBe(200);
+    expect(theirs.body.data.id).not.toBe(mine.body.data.id);
+  });
+
+  it('rejects a malformed key', async () => {
+    const bad = await create('x'.repeat(256), 'Bad key');
+    expect(bad.status).toBe(400);
+    expect(bad.body.error.code).toBe('bad_request');
+  });
+});
