@@ -55,7 +55,6 @@ BEGIN
   INSERT INTO es_events (stream_name, version, event_id, type, data, metadata)
     SELECT p_stream, p_expected + i, p_ids[i], p_types[i], p_data[i], p_metadata[i]
     FROM generate_subscripts(p_ids, 1) AS i;
-  PERFORM pg_notify('${appendedChannel}', '');
   RETURN QUERY SELECT pg_current_xact_id()::text, currval(pg_get_serial_sequence('es_events', 'position'));
 END $$;
 `;
@@ -85,10 +84,17 @@ const toRecordedEvent = (row: EventRow): RecordedEvent => ({
 });
 
 export class PostgresEventStore implements EventStore {
+  /** A wake-up that arrived since the last readAll: the next wait returns at once rather than miss it. */
+  private appendedSinceRead = false;
+
   constructor(
     private readonly pool: Pool,
     private readonly listener: PgListener,
-  ) {}
+  ) {
+    listener.on(appendedChannel, () => {
+      this.appendedSinceRead = true;
+    });
+  }
 
   async append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
     try {
@@ -106,6 +112,7 @@ export class PostgresEventStore implements EventStore {
         ),
       );
       const row = rows[0]!;
+      this.announceAppend();
       return {
         version: expectedVersion + BigInt(events.length),
         position: { commit: BigInt(row.transaction_id), prepare: BigInt(row.last_position) },
@@ -127,6 +134,7 @@ export class PostgresEventStore implements EventStore {
   }
 
   async readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
+    this.appendedSinceRead = false;
     const { rows } = await this.guard(() =>
       this.pool.query<EventRow>(
         `SELECT ${eventColumns} FROM es_events
@@ -151,7 +159,7 @@ export class PostgresEventStore implements EventStore {
       const timer = setTimeout(done, timeoutMs);
       const unsubscribe = this.listener.on(appendedChannel, done);
       signal.addEventListener('abort', done);
-      if (signal.aborted) done();
+      if (signal.aborted || this.appendedSinceRead) done();
     });
   }
 
@@ -161,6 +169,15 @@ export class PostgresEventStore implements EventStore {
 
   async close(): Promise<void> {
     // The pool and listener belong to the runtime, which closes them after everything using them.
+  }
+
+  /**
+   * Wakes projectors (in any instance) after an append. Sent after the commit, coalesced, from the
+   * listener's own connection: a NOTIFY inside the append transaction takes PostgreSQL's
+   * notify-queue lock at every commit and serialises all appends (measured with `npm run bench`).
+   */
+  private announceAppend(): void {
+    this.listener.notify(appendedChannel);
   }
 
   /** A retry of an append that already succeeded (same event ids at the same version) answers as it did. */

@@ -48,6 +48,8 @@ export class PgListener {
   private readonly reconnectHandlers = new Set<() => void>();
   private closed = false;
   private reconnecting = false;
+  private readonly notifying = new Set<string>();
+  private readonly notifyAgain = new Set<string>();
   private retryDelayMs = 100;
 
   constructor(
@@ -68,6 +70,28 @@ export class PgListener {
     }
     set.add(handler);
     return () => set.delete(handler);
+  }
+
+  /**
+   * Sends a notification from this connection, coalesced: at most one in flight, and one more after
+   * it when asked again meanwhile. Without waiting for the commit to reach disk: a notification is
+   * only a wake-up, and the data it announces is already durable.
+   */
+  notify(channel: string): void {
+    if (this.notifying.has(channel)) {
+      this.notifyAgain.add(channel);
+      return;
+    }
+    const client = this.client;
+    if (!client) return;
+    this.notifying.add(channel);
+    client
+      .query('SELECT pg_notify($1, $2)', [channel, ''])
+      .catch(() => undefined)
+      .finally(() => {
+        this.notifying.delete(channel);
+        if (this.notifyAgain.delete(channel)) this.notify(channel);
+      });
   }
 
   onReconnect(handler: () => void): void {
@@ -94,6 +118,7 @@ export class PgListener {
     client.on('error', lost);
     client.on('end', lost);
     await client.connect();
+    await client.query('SET synchronous_commit = off');
     for (const channel of this.handlers.keys()) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
     this.client = client;
     this.retryDelayMs = 100;
