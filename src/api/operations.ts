@@ -1,5 +1,6 @@
 import { notFound } from '../errors.js';
-import type { Page } from '../read/pages.js';
+import type { HistoryItem, RecordKind } from '../audit/history.js';
+import type { Page, PageRequest } from '../read/pages.js';
 import type { CommandHandlers, Caller } from '../write/handlers.js';
 import type { Solution } from '../write/solution.js';
 import type { Workspace } from '../write/workspace.js';
@@ -9,6 +10,9 @@ import type { OperationName, ParamsOf } from './schemas.js';
 /** The read side as the API sees it: plain queries over the read tables. */
 export type Queries = {
   getWorkspace(id: string, organizations: readonly string[]): Promise<Workspace | undefined>;
+  workspaceAsOf(id: string, organizations: ReadonlySet<string>, asOf: string): Promise<Workspace>;
+  solutionAsOf(id: string, organizations: ReadonlySet<string>, asOf: string): Promise<Solution>;
+  history(kind: RecordKind, id: string, organizations: ReadonlySet<string>, page: PageRequest): Promise<Page<HistoryItem>>;
   listWorkspaces(organizations: readonly string[], page: { page: number; size: number }): Promise<Page<Workspace>>;
   getSolution(id: string, organizations: readonly string[]): Promise<Solution | undefined>;
   listSolutions(
@@ -63,8 +67,16 @@ const found = <T>(record: T | undefined, what: string): T => {
 export const operations: { [O in OperationName]: Operation<O> } = {
   get_workspace: {
     scope: 'workspaces:read',
-    run: async ({ id }, { caller, queries }) =>
-      workspaceResponse(found(await queries.getWorkspace(id, [...caller.organizations]), 'workspace')),
+    run: async ({ id, as_of }, { caller, queries }) =>
+      workspaceResponse(
+        as_of === undefined
+          ? found(await queries.getWorkspace(id, [...caller.organizations]), 'workspace')
+          : await queries.workspaceAsOf(id, caller.organizations, as_of),
+      ),
+  },
+  get_workspace_history: {
+    scope: 'workspaces:read',
+    run: ({ id, page, size }, { caller, queries }) => queries.history('workspace', id, caller.organizations, { page, size }),
   },
   list_workspaces: {
     scope: 'workspaces:read',
@@ -85,8 +97,16 @@ export const operations: { [O in OperationName]: Operation<O> } = {
   },
   get_solution: {
     scope: 'solutions:read',
-    run: async ({ id }, { caller, queries }) =>
-      solutionResponse(found(await queries.getSolution(id, [...caller.organizations]), 'solution')),
+    run: async ({ id, as_of }, { caller, queries }) =>
+      solutionResponse(
+        as_of === undefined
+          ? found(await queries.getSolution(id, [...caller.organizations]), 'solution')
+          : await queries.solutionAsOf(id, caller.organizations, as_of),
+      ),
+  },
+  get_solution_history: {
+    scope: 'solutions:read',
+    run: ({ id, page, size }, { caller, queries }) => queries.history('solution', id, caller.organizations, { page, size }),
   },
   list_solutions: {
     scope: 'solutions:read',

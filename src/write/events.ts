@@ -46,7 +46,11 @@ export type SolutionEvent = SolutionCreated | SolutionUpdated | SolutionDeleted;
 export type DomainEvent = WorkspaceEvent | SolutionEvent;
 export type DomainEventType = DomainEvent['type'];
 
-export const currentSchemaVersion = 1;
+/**
+ * Version 2: SolutionDeleted carries `reason`. Version-1 events lack it; src/write/upcast.ts fills
+ * it in as 'requested' (before version 2 only requested deletions existed as separate events).
+ */
+export const currentSchemaVersion = 2;
 
 /** Who caused an event, when, and in which request (contract §8, §12). */
 export type EventMetadata = {

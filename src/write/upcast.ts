@@ -8,7 +8,10 @@ import { currentSchemaVersion, type DomainEvent, type Envelope, type EventMetada
  */
 type Upcaster = (data: Record<string, unknown>) => Record<string, unknown>;
 
-const upcasters: Record<string, Record<number, Upcaster>> = {};
+/** upcasters[type][v] lifts `data` from schema version v to v + 1. */
+const upcasters: Record<string, Record<number, Upcaster>> = {
+  SolutionDeleted: { 1: (data) => ({ ...data, reason: 'requested' }) },
+};
 
 export function upcast(recorded: RecordedEvent): Envelope {
   const metadata = recorded.metadata as EventMetadata;

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { invalid } from '../errors.js';
 import { mergePatch, type JsonObject } from './merge-patch.js';
+import { isTimestamp } from './timestamp.js';
 
 /** The value rules of contract §4–§6, shared by the API's parameter schemas and the deciders. */
 
@@ -11,6 +12,9 @@ const idSchema = (prefix: string, what: string) =>
 export const organizationId = idSchema('org_', 'an organization');
 export const workspaceId = idSchema('ws_', 'a workspace');
 export const solutionId = idSchema('sol_', 'a solution');
+
+/** An instant in the contract's timestamp form (§8), e.g. for `as_of`. */
+export const timestamp = z.string().refine(isTimestamp, 'must be a timestamp of the form YYYY-MM-DDTHH:MM:SS.ffffffZ');
 
 const codePoints = (value: string) => [...value].length;
 
@@ -82,7 +86,11 @@ export const attributes = z.custom<JsonObject>().superRefine((value, ctx) => {
     return;
   }
   const problem = jsonProblem(value, 1, limits.attributesDepth);
-  if (problem) ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
+  if (problem) {
+    // Stop here: serializing a value nested too deeply would overflow the stack (a 500, not a 400).
+    ctx.addIssue({ code: 'custom', path: problem.path, message: problem.message });
+    return;
+  }
   const sizeProblem = attributesProblem(value);
   if (sizeProblem) ctx.addIssue({ code: 'custom', message: sizeProblem });
 });
