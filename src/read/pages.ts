@@ -8,4 +8,18 @@ export function toPage<T>(rows: (T & { total: string; sort_at: unknown })[], req
   return { total, page: request.page, size: request.size, items };
 }
 
-export const offsetOf = (request: PageRequest) => (request.page - 1) * request.size;
+/** As a decimal string: (page - 1) * size can pass 2^53 for the largest pages. */
+export const offsetOf = (request: PageRequest) => ((BigInt(request.page) - 1n) * BigInt(request.size)).toString();
+
+/**
+ * The ids of one page of `table` across organizations, in (created_at, id) order. One index-ordered
+ * scan per organization, merged (Merge Append), so no sort: `organization_id = ANY(...)` would scan
+ * and sort every matching row. Organization ids become parameters from `$firstParameter` on.
+ */
+export function pageIdsAcrossOrganizations(table: string, organizations: readonly string[], firstParameter: number): string {
+  if (organizations.length === 0) return 'SELECT NULL::text AS id WHERE false OFFSET $2 LIMIT $3';
+  const scans = organizations.map(
+    (_, index) => `(SELECT id, created_at FROM ${table} WHERE organization_id = $${firstParameter + index} ORDER BY created_at, id)`,
+  );
+  return `SELECT id FROM (${scans.join(' UNION ALL ')}) merged ORDER BY created_at, id OFFSET $2 LIMIT $3`;
+}

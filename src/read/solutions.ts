@@ -1,7 +1,7 @@
 import type { Pool } from '../infra/postgres.js';
 import type { SolutionRow } from '../projections/solutions-table.js';
 import { solutionColumns } from '../projections/tables.js';
-import { offsetOf, toPage, type Page, type PageRequest } from './pages.js';
+import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from './pages.js';
 
 export async function getSolution(pool: Pool, id: string, organizations: readonly string[]): Promise<SolutionRow | undefined> {
   const { rows } = await pool.query<SolutionRow>(
@@ -23,17 +23,20 @@ export async function listSolutions(
       ? 'SELECT COALESCE(SUM(solutions), 0)::text AS total FROM organization_counts WHERE organization_id = ANY($1)'
       : `SELECT COALESCE(SUM(c.solutions), 0)::text AS total FROM workspace_solution_counts c
          JOIN workspaces w ON w.id = c.workspace_id WHERE c.workspace_id = $4 AND w.organization_id = ANY($1)`;
-  const filter = workspaceId === undefined ? 'organization_id = ANY($1)' : 'workspace_id = $4 AND organization_id = ANY($1)';
+  const pageIds =
+    workspaceId === undefined
+      ? pageIdsAcrossOrganizations('solutions', organizations, 4)
+      : 'SELECT id FROM solutions WHERE workspace_id = $4 AND organization_id = ANY($1) ORDER BY created_at, id OFFSET $2 LIMIT $3';
   const { rows } = await pool.query<SolutionRow & { total: string; sort_at: unknown }>(
-    `WITH page AS (
-       SELECT id FROM solutions WHERE ${filter} ORDER BY created_at, id OFFSET $2 LIMIT $3
-     )
+    `WITH page AS (${pageIds})
      SELECT c.total, s.* FROM (${total}) c
        LEFT JOIN LATERAL (
          SELECT ${solutionColumns}, created_at AS sort_at FROM page JOIN solutions USING (id)
        ) s ON true
      ORDER BY s.sort_at, s.id`,
-    workspaceId === undefined ? [organizations, offsetOf(request), request.size] : [organizations, offsetOf(request), request.size, workspaceId],
+    workspaceId === undefined
+      ? [organizations, offsetOf(request), request.size, ...organizations]
+      : [organizations, offsetOf(request), request.size, workspaceId],
   );
   return toPage(rows, request, (row) => row.id !== null);
 }
