@@ -5,7 +5,9 @@ import type { AuthSettings } from './api/auth.js';
 import { createTokenVerifier } from './api/auth.js';
 import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
+import { recordHistory, solutionAsOf, workspaceAsOf } from './audit/history.js';
 import type { Config } from './config.js';
+import { EventStoreDBEventStore } from './eventstore/eventstoredb.js';
 import type { EventStore } from './eventstore/port.js';
 import { PostgresEventStore } from './eventstore/postgres.js';
 import { createClock } from './infra/clock.js';
@@ -58,9 +60,11 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     const auth = await resolveAuth(config, embedded !== undefined);
     const pool = createPool(databaseUrl, logger, 20);
     const listener = new PgListener(databaseUrl, logger);
-    await migrate(pool, { eventStore: true });
+    await migrate(pool, { eventStore: !config.eventStoreUrl });
     await listener.start();
-    const store: EventStore = new PostgresEventStore(pool, listener);
+    const store: EventStore = config.eventStoreUrl
+      ? new EventStoreDBEventStore(config.eventStoreUrl, { logger: logger.child({ component: 'eventstoredb' }) })
+      : new PostgresEventStore(pool, listener);
     const progress = new ProjectionProgress(pool, listener, logger);
     await progress.refresh();
     const cascade = new CascadeWorker(store, pool, logger);
@@ -89,6 +93,9 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
 
     const queries: Queries = {
       getWorkspace: (id, organizations) => getWorkspace(pool, id, organizations),
+      workspaceAsOf: (id, organizations, asOf) => workspaceAsOf(store, id, organizations, asOf),
+      solutionAsOf: (id, organizations, asOf) => solutionAsOf(store, id, organizations, asOf),
+      history: (kind, id, organizations, page) => recordHistory(store, kind, id, organizations, page),
       listWorkspaces: (organizations, page) => listWorkspaces(pool, organizations, page),
       getSolution: (id, organizations) => getSolution(pool, id, organizations),
       listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),

@@ -43,6 +43,7 @@ export class ProjectionRunner {
   private readonly abort = new AbortController();
   private loop: Promise<void> | undefined;
   private active = false;
+  private failures = 0;
 
   constructor(private readonly options: ProjectionRunnerOptions) {}
 
@@ -61,24 +62,24 @@ export class ProjectionRunner {
 
   private async run(): Promise<void> {
     const { logger } = this.options;
-    let failures = 0;
     while (!this.abort.signal.aborted) {
       const client = new pg.Client({ connectionString: this.options.connectionString, connectionTimeoutMillis: 5000 });
       client.on('error', () => undefined);
       try {
         await client.connect();
-        const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [projectorLockKey]);
-        if (rows[0]?.locked) {
-          this.active = true;
-          logger.info('projector active');
-          failures = 0;
-          await this.project(client);
-        } else {
+        // A standby keeps its one connection and asks for the lock again on it.
+        while (!this.abort.signal.aborted) {
+          const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [projectorLockKey]);
+          if (rows[0]?.locked) break;
           await this.sleep(this.options.standbyRetryMs ?? 1000);
         }
+        if (this.abort.signal.aborted) break;
+        this.active = true;
+        logger.info('projector active');
+        await this.project(client);
       } catch (error) {
-        failures += 1;
-        const delay = Math.min(100 * 2 ** failures, 5000);
+        this.failures += 1;
+        const delay = Math.min(100 * 2 ** this.failures, 5000);
         logger.warn({ err: (error as Error).message, retryInMs: delay }, 'projector stopped; retrying');
         await this.sleep(delay);
       } finally {
@@ -97,6 +98,7 @@ export class ProjectionRunner {
     let idlePollMs = minIdlePollMs;
     while (!this.abort.signal.aborted) {
       const events = await store.readAll(checkpoint, batchSize);
+      this.failures = 0; // back-off grows only while the store keeps failing
       if (events.length === 0) {
         await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
         idlePollMs = Math.min(idlePollMs * 2, maxIdlePollMs);

@@ -1,0 +1,301 @@
+import {
+  BACKWARDS,
+  CancelledError,
+  convertToCommandError,
+  DeadlineExceededError,
+  END,
+  EventStoreDBClient,
+  jsonEvent,
+  NO_STREAM,
+  NotLeaderError,
+  START,
+  StreamNotFoundError,
+  streamNameFilter,
+  TimeoutError,
+  UnavailableError,
+  UnknownError,
+  WrongExpectedVersionError,
+  type AllStreamResolvedEvent,
+  type AllStreamSubscription,
+  type JSONType,
+  type Position,
+  type ReadPosition,
+  type ResolvedEvent,
+  type StreamingRead,
+} from '@eventstore/db-client';
+import type { Logger } from 'pino';
+import {
+  comparePositions,
+  EventStoreUnavailable,
+  startOfLog,
+  StreamVersionConflict,
+  type AppendResult,
+  type EventStore,
+  type GlobalPosition,
+  type NewEvent,
+  type RecordedEvent,
+} from './port.js';
+import { streamPrefixes } from './stream-names.js';
+
+export type EventStoreDBOptions = {
+  logger?: Logger;
+  /** Appends, stream reads and pings (the command path) give up after this and answer unavailable. */
+  commandTimeoutMs?: number;
+  /** One page of a `$all` read (the projector's path). */
+  readTimeoutMs?: number;
+};
+
+const prefixes = Object.values(streamPrefixes);
+const isServiceStream = (streamName: string) => prefixes.some((prefix) => streamName.startsWith(prefix));
+/** ESDB revisions are 0-based; the port's versions count events, so revision r is version r + 1. */
+const expectedRevision = (expectedVersion: bigint) => (expectedVersion === 0n ? NO_STREAM : expectedVersion - 1n);
+const readPosition = (position: GlobalPosition): ReadPosition =>
+  comparePositions(position, startOfLog) === 0 ? START : { commit: position.commit, prepare: position.prepare };
+/** Stream reads carry the `$all` position on servers from 22.6; older ones send none (or 2^64-1). */
+const noPosition = 2n ** 64n - 1n;
+const toGlobal = (position: Position | undefined): GlobalPosition | undefined =>
+  position && position.commit !== noPosition ? { commit: position.commit, prepare: position.prepare } : undefined;
+
+type StoredEvent = NonNullable<ResolvedEvent['event']>;
+
+const toRecordedEvent = (event: StoredEvent, position: GlobalPosition): RecordedEvent => ({
+  id: event.id,
+  streamName: event.streamId,
+  version: event.revision + 1n,
+  type: event.type,
+  data: event.data,
+  metadata: event.metadata ?? null,
+  position,
+});
+
+/** Connection-level failures: the store cannot be reached (or not in time), as opposed to a refused request. */
+function isUnavailable(error: unknown): boolean {
+  if (error instanceof EventStoreUnavailable) return true;
+  if (!(error instanceof Error)) return false;
+  const converted = convertToCommandError(error);
+  return (
+    converted instanceof UnavailableError ||
+    converted instanceof CancelledError ||
+    converted instanceof DeadlineExceededError ||
+    converted instanceof TimeoutError ||
+    converted instanceof NotLeaderError ||
+    converted instanceof UnknownError ||
+    /Failed to discover|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND/i.test(error.message)
+  );
+}
+
+/**
+ * The event store port on EventStoreDB. Commands append with an explicit expected revision and
+ * their deterministic event ids; domain deletes are events, so streams are never deleted here.
+ * The client connects lazily and reconnects on the next call after a failure, so the service
+ * starts without EventStoreDB and recovers without a restart; every call is bounded in time.
+ */
+export class EventStoreDBEventStore implements EventStore {
+  private readonly client: EventStoreDBClient;
+  private readonly commandTimeoutMs: number;
+  private readonly readTimeoutMs: number;
+  /** Where the last `$all` scan ended without finding anything of ours after `after`. */
+  private scanned: { after: GlobalPosition; to: GlobalPosition } | undefined;
+  /** While set and in the future, waitForEvents polls instead of subscribing (back-off after a failed subscription). */
+  private subscribeAgainAt = 0;
+  private subscribeFailures = 0;
+
+  constructor(
+    connectionString: string,
+    private readonly options: EventStoreDBOptions = {},
+  ) {
+    this.client = EventStoreDBClient.connectionString(connectionString);
+    this.commandTimeoutMs = options.commandTimeoutMs ?? 3000;
+    this.readTimeoutMs = options.readTimeoutMs ?? 15_000;
+  }
+
+  async append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
+    const version = expectedVersion + BigInt(events.length);
+    try {
+      const result = await this.bounded('append', this.commandTimeoutMs, (deadline) =>
+        this.client.appendToStream(
+          streamName,
+          events.map((event) =>
+            jsonEvent({ id: event.id, type: event.type, data: event.data as JSONType, metadata: event.metadata }),
+          ),
+          { expectedRevision: expectedRevision(expectedVersion), deadline },
+        ),
+      );
+      // The position reported by an append is not documented to equal the `$all` position of its
+      // last event (and is absent for a write the server recognised as a repeat), while commands
+      // wait for the projector to pass exactly that; so it is read back.
+      const last = await this.readRange(streamName, version - 1n, 1).catch(() => []);
+      const position = toGlobal(last[0]?.position) ?? toGlobal(result.position);
+      if (!position) throw new EventStoreUnavailable('the event store did not report where the append landed');
+      return { version, position };
+    } catch (error) {
+      if (!(error instanceof WrongExpectedVersionError)) throw error;
+      const earlier = await this.earlierIdenticalAppend(streamName, expectedVersion, events);
+      if (earlier) return earlier;
+      throw new StreamVersionConflict(streamName, expectedVersion);
+    }
+  }
+
+  async readStream(streamName: string): Promise<RecordedEvent[]> {
+    const events = await this.readRange(streamName, 0n, undefined);
+    // Positions are absent only on servers older than 22.6; history and folds do not use them.
+    return events.map((event) => toRecordedEvent(event, toGlobal(event.position) ?? startOfLog));
+  }
+
+  async readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
+    const found: RecordedEvent[] = [];
+    const pageSize = Math.max(limit, 256);
+    let from = this.scanned && comparePositions(this.scanned.after, after) === 0 ? this.scanned.to : after;
+    for (;;) {
+      const page = await this.collect('read $all', this.readTimeoutMs, () =>
+        this.client.readAll({ fromPosition: readPosition(from), maxCount: pageSize }),
+      );
+      for (const { event } of page) {
+        if (!event) continue;
+        const position = event.position;
+        // A read from a position may include the event at it: `after` and the page seam are skipped.
+        if (comparePositions(position, after) <= 0 || comparePositions(position, from) <= 0) continue;
+        if (!isServiceStream(event.streamId) || event.type.startsWith('$')) continue;
+        found.push(toRecordedEvent(event, position));
+        if (found.length === limit) return found;
+      }
+      const lastSeen = page[page.length - 1]?.event?.position;
+      if (page.length < pageSize || !lastSeen) {
+        // The end of the log: nothing of ours lies between the last event found and `lastSeen`, and
+        // the log only grows at its end, so the next read from there may start at `lastSeen`.
+        if (lastSeen) this.scanned = { after: found[found.length - 1]?.position ?? after, to: lastSeen };
+        return found;
+      }
+      from = lastSeen;
+    }
+  }
+
+  /**
+   * A catch-up subscription to `$all` from `after`, filtered to the service's streams, that only
+   * wakes the caller: the projector then reads from the checkpoint it stored itself, so an event
+   * is never lost with a dropped subscription, nor applied twice. A subscription that fails
+   * (UnavailableError, CancelledError, connection loss) turns this into polling until a back-off
+   * has passed; the next call subscribes again.
+   */
+  waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      let subscription: AllStreamSubscription | undefined;
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        subscription?.unsubscribe().catch(() => undefined);
+        subscription = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      signal.addEventListener('abort', done);
+      if (signal.aborted) return done();
+      if (Date.now() < this.subscribeAgainAt) return;
+      const current = this.client.subscribeToAll({
+        fromPosition: readPosition(after),
+        filter: streamNameFilter({ prefixes }),
+      });
+      subscription = current;
+      current.on('confirmation', () => {
+        this.subscribeFailures = 0;
+      });
+      current.on('data', (resolved: AllStreamResolvedEvent) => {
+        this.subscribeFailures = 0;
+        const position = resolved.event?.position;
+        if (position && comparePositions(position, after) > 0) done();
+      });
+      // Keeps an error from ever being unhandled, also after unsubscribing.
+      current.on('error', (error: Error) => {
+        if (subscription !== current) return;
+        subscription = undefined;
+        this.subscribeFailures += 1;
+        const backOffMs = Math.min(100 * 2 ** this.subscribeFailures, 5000);
+        this.subscribeAgainAt = Date.now() + backOffMs;
+        this.options.logger?.warn({ err: error.message, retryInMs: backOffMs }, 'EventStoreDB subscription failed; polling until it is back');
+      });
+    });
+  }
+
+  async ping(): Promise<void> {
+    await this.collect('ping', this.commandTimeoutMs, () => this.client.readAll({ fromPosition: END, direction: BACKWARDS, maxCount: 1 }));
+  }
+
+  async close(): Promise<void> {
+    await this.client.dispose().catch(() => undefined);
+  }
+
+  /** A retry of an append that already succeeded (same event ids at the same version) answers as it did. */
+  private async earlierIdenticalAppend(
+    streamName: string,
+    expectedVersion: bigint,
+    events: NewEvent[],
+  ): Promise<AppendResult | undefined> {
+    const stored = await this.readRange(streamName, expectedVersion, events.length);
+    const same =
+      stored.length === events.length && stored.every((event, index) => event.id.toLowerCase() === events[index]!.id.toLowerCase());
+    const position = toGlobal(stored[stored.length - 1]?.position);
+    if (!same || !position) return undefined;
+    return { version: expectedVersion + BigInt(events.length), position };
+  }
+
+  /**
+   * Events of one stream from a 0-based revision; an unknown stream is empty. From the leader only:
+   * after an election a follower may not have a command's latest events yet (NotLeaderError makes
+   * the client reconnect to the new leader).
+   */
+  private async readRange(streamName: string, fromRevision: bigint, maxCount: number | undefined): Promise<StoredEvent[]> {
+    try {
+      const read = await this.collect('read stream', this.commandTimeoutMs, () =>
+        this.client.readStream(streamName, { fromRevision, requiresLeader: true, ...(maxCount ? { maxCount } : {}) }),
+      );
+      return read.flatMap((resolved) => (resolved.event ? [resolved.event] : []));
+    } catch (error) {
+      if (error instanceof StreamNotFoundError) return [];
+      throw error;
+    }
+  }
+
+  /** Reads a whole (bounded) streaming read; the client gives streaming reads no deadline, so it is cancelled here. */
+  private collect<E>(operation: string, timeoutMs: number, open: () => StreamingRead<E>): Promise<E[]> {
+    return this.bounded(operation, timeoutMs, async (_deadline, onTimeout) => {
+      const stream = open();
+      onTimeout(() => void stream.cancel().catch(() => undefined));
+      const items: E[] = [];
+      for await (const item of stream) items.push(item);
+      return items;
+    });
+  }
+
+  /**
+   * Runs one call with a gRPC deadline and, around it, a timer of our own: the client applies no
+   * deadline to streaming reads, discovery in a cluster and the batch-append stream are not
+   * covered by one either, and a request must never hang.
+   */
+  private async bounded<T>(
+    operation: string,
+    timeoutMs: number,
+    work: (deadline: number, onTimeout: (cancel: () => void) => void) => Promise<T>,
+  ): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    let cancel: (() => void) | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        cancel?.();
+        reject(new EventStoreUnavailable(`the event store did not answer (${operation}) within ${timeoutMs} ms`));
+      }, timeoutMs + 250);
+    });
+    const attempt = work(timeoutMs, (onTimeout) => {
+      cancel = onTimeout;
+    });
+    attempt.catch(() => undefined);
+    try {
+      return await Promise.race([attempt, timeout]);
+    } catch (error) {
+      if (error instanceof EventStoreUnavailable) throw error;
+      if (isUnavailable(error)) throw new EventStoreUnavailable('the event store cannot be reached', { cause: error });
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}

@@ -1,0 +1,169 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, parseConfig } from '../../src/config.js';
+
+const secret = 's'.repeat(32);
+
+/** The ConfigError message parseConfig throws for an environment. */
+function configError(environment: NodeJS.ProcessEnv): string {
+  let caught: unknown;
+  try {
+    parseConfig(environment);
+  } catch (error) {
+    caught = error;
+  }
+  expect(caught).toBeInstanceOf(ConfigError);
+  return (caught as ConfigError).message;
+}
+
+describe('parseConfig', () => {
+  it('gives the defaults for an empty environment (the embedded mode)', () => {
+    expect(parseConfig({})).toEqual({
+      port: 8080,
+      host: '127.0.0.1',
+      databaseUrl: undefined,
+      eventStoreUrl: undefined,
+      dataDir: './.data',
+      auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined },
+      projectionWaitMs: 5000,
+      bodyLimitBytes: 1024 * 1024,
+      rateLimitPerMinute: 0,
+      logLevel: 'info',
+    });
+  });
+
+  it('treats empty strings as unset', () => {
+    const empty = {
+      PORT: '',
+      HOST: '',
+      DATABASE_URL: '',
+      EVENTSTORE_URL: '',
+      DATA_DIR: '',
+      AUTH_JWT_SECRET: '',
+      AUTH_JWKS_URL: '',
+      AUTH_ISSUER: '',
+      AUTH_AUDIENCE: '',
+      PROJECTION_WAIT_MS: '',
+      BODY_LIMIT_BYTES: '',
+      RATE_LIMIT_PER_MINUTE: '',
+      LOG_LEVEL: '',
+    };
+    expect(parseConfig(empty)).toEqual(parseConfig({}));
+  });
+
+  it('reads every setting', () => {
+    const config = parseConfig({
+      PORT: '3000',
+      HOST: '0.0.0.0',
+      DATABASE_URL: 'postgresql://app:pw@db:5432/app',
+      EVENTSTORE_URL: 'esdb+discover://es:2113?tls=false',
+      DATA_DIR: '/var/lib/app',
+      AUTH_JWT_SECRET: secret,
+      AUTH_ISSUER: 'https://issuer.example',
+      AUTH_AUDIENCE: 'workspace-api',
+      PROJECTION_WAIT_MS: '250',
+      BODY_LIMIT_BYTES: '2048',
+      RATE_LIMIT_PER_MINUTE: '120',
+      LOG_LEVEL: 'debug',
+    });
+    expect(config).toEqual({
+      port: 3000,
+      host: '0.0.0.0',
+      databaseUrl: 'postgresql://app:pw@db:5432/app',
+      eventStoreUrl: 'esdb+discover://es:2113?tls=false',
+      dataDir: '/var/lib/app',
+      auth: { jwtSecret: secret, jwksUrl: undefined, issuer: 'https://issuer.example', audience: 'workspace-api' },
+      projectionWaitMs: 250,
+      bodyLimitBytes: 2048,
+      rateLimitPerMinute: 120,
+      logLevel: 'debug',
+    });
+  });
+
+  it('accepts postgres:// and esdb:// and an https JWKS URL', () => {
+    const config = parseConfig({ DATABASE_URL: 'postgres://h/db', EVENTSTORE_URL: 'esdb://es:2113', AUTH_JWKS_URL: 'https://idp/jwks.json' });
+    expect(config.databaseUrl).toBe('postgres://h/db');
+    expect(config.eventStoreUrl).toBe('esdb://es:2113');
+    expect(config.auth.jwksUrl).toBe('https://idp/jwks.json');
+  });
+
+  it('accepts the port bounds 0 and 65535', () => {
+    expect(parseConfig({ PORT: '0' }).port).toBe(0);
+    expect(parseConfig({ PORT: '65535' }).port).toBe(65535);
+  });
+
+  it.each(['abc', '-1', '1.5', '65536', '80 ', '0x50', '1e3'])('rejects PORT=%j, naming PORT', (port) => {
+    expect(configError({ PORT: port })).toMatch(/^ {2}PORT: /m);
+  });
+
+  it('says why a PORT is rejected', () => {
+    expect(configError({ PORT: 'abc' })).toContain('PORT: must be a whole number');
+    expect(configError({ PORT: '70000' })).toMatch(/PORT: .*65535/);
+  });
+
+  it.each([
+    ['DATABASE_URL', 'http://db:5432/app', 'must be a postgres:// or postgresql:// URL'],
+    ['DATABASE_URL', 'not a url', 'must be a postgres:// or postgresql:// URL'],
+    ['EVENTSTORE_URL', 'postgres://es:2113', 'must be an esdb:// or esdb+discover:// URL'],
+    ['EVENTSTORE_URL', 'es:2113', 'must be an esdb:// or esdb+discover:// URL'],
+    ['AUTH_JWKS_URL', 'ftp://idp/jwks.json', 'must be an http:// or https:// URL'],
+    ['AUTH_JWKS_URL', '/jwks.json', 'must be an http:// or https:// URL'],
+  ])('rejects %s=%j', (key, value, message) => {
+    expect(configError({ [key]: value })).toContain(`${key}: ${message}`);
+  });
+
+  it('rejects a secret shorter than 32 characters and accepts 32', () => {
+    expect(configError({ AUTH_JWT_SECRET: 's'.repeat(31) })).toContain('AUTH_JWT_SECRET: must be at least 32 characters');
+    expect(parseConfig({ AUTH_JWT_SECRET: secret }).auth.jwtSecret).toBe(secret);
+  });
+
+  it('rejects both a secret and a JWKS URL', () => {
+    expect(configError({ AUTH_JWT_SECRET: secret, AUTH_JWKS_URL: 'https://idp/jwks.json' })).toContain(
+      'AUTH_JWKS_URL: set AUTH_JWT_SECRET or AUTH_JWKS_URL, not both',
+    );
+  });
+
+  it('rejects DATABASE_URL without a secret or JWKS URL, and accepts it with either', () => {
+    expect(configError({ DATABASE_URL: 'postgres://h/db' })).toContain(
+      'AUTH_JWT_SECRET: with DATABASE_URL set, AUTH_JWT_SECRET or AUTH_JWKS_URL is required',
+    );
+    expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWT_SECRET: secret }).databaseUrl).toBe('postgres://h/db');
+    expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWKS_URL: 'http://idp/jwks' }).auth.jwksUrl).toBe('http://idp/jwks');
+  });
+
+  it.each([
+    ['PROJECTION_WAIT_MS', '600001'],
+    ['PROJECTION_WAIT_MS', '-5'],
+    ['BODY_LIMIT_BYTES', '1023'],
+    ['BODY_LIMIT_BYTES', String(64 * 1024 * 1024 + 1)],
+    ['RATE_LIMIT_PER_MINUTE', 'lots'],
+    ['LOG_LEVEL', 'verbose'],
+  ])('rejects %s=%j', (key, value) => {
+    expect(configError({ [key]: value })).toContain(`  ${key}: `);
+  });
+
+  it('lists every problem at once, one per line, under a heading', () => {
+    const message = configError({ PORT: 'x', AUTH_JWT_SECRET: 'short', LOG_LEVEL: 'loud' });
+    const lines = message.split('\n');
+    expect(lines[0]).toBe('invalid configuration:');
+    expect(lines.slice(1).map((line) => line.trim().split(':')[0]).sort()).toEqual(['AUTH_JWT_SECRET', 'LOG_LEVEL', 'PORT']);
+  });
+
+  it('never echoes the secret in its message', () => {
+    const almost = 'hunter2-'.repeat(3);
+    expect(configError({ AUTH_JWT_SECRET: almost })).not.toContain(almost);
+  });
+
+  it('returns a frozen configuration, auth included', () => {
+    const config = parseConfig({ AUTH_JWT_SECRET: secret });
+    expect(Object.isFrozen(config)).toBe(true);
+    expect(Object.isFrozen(config.auth)).toBe(true);
+    expect(() => {
+      (config as { port: number }).port = 1;
+    }).toThrow(TypeError);
+    expect(config.port).toBe(8080);
+  });
+
+  it('ignores unrelated variables', () => {
+    expect(parseConfig({ PATH: '/usr/bin', HOME: '/root', NODE_ENV: 'test' })).toEqual(parseConfig({}));
+  });
+});
