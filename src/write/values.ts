@@ -46,6 +46,8 @@ function jsonProblem(value: unknown, depth: number, maxDepth: number): { path: s
     if (value.includes('\u0000')) return { path: [], message: 'strings must not contain NUL (\\u0000)' };
     return null;
   }
+  // JSON text like 1e400 parses to Infinity, which would silently be stored as null.
+  if (typeof value === 'number' && !Number.isFinite(value)) return { path: [], message: 'numbers must be within the double-precision range' };
   if (typeof value !== 'object' || value === null) return null;
   if (depth > maxDepth) return { path: [], message: `must be at most ${maxDepth} levels deep` };
   const entries = Array.isArray(value) ? value.map((item, index) => [String(index), item] as const) : Object.entries(value);

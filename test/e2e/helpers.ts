@@ -1,0 +1,117 @@
+import { expect } from 'vitest';
+import { callApi, type ApiResponse, type TestService } from '../support/service.js';
+
+/** Contract §8: `YYYY-MM-DDTHH:MM:SS.ffffffZ`. */
+export const timestampPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+
+/** Generated ids (contract §4): the prefix and 21 nanoid characters. */
+export const generatedId = (prefix: 'ws_' | 'sol_') => new RegExp(`^${prefix}[A-Za-z0-9_-]{21}$`);
+
+export const allScopes = 'workspaces:read workspaces:write solutions:read solutions:write';
+
+/** POST /api with a raw body string, so tests can send what JSON.stringify never produces. */
+export async function rawPost(
+  service: Pick<TestService, 'url'>,
+  body: string | Uint8Array | undefined,
+  headers: Record<string, string> = {},
+  path = '/api',
+  method = 'POST',
+): Promise<ApiResponse & { text: string }> {
+  const response = await fetch(`${service.url}${path}`, { method, headers, body });
+  const text = await response.text();
+  let parsed: unknown;
+  try {
+    parsed = text ? JSON.parse(text) : undefined;
+  } catch {
+    parsed = undefined;
+  }
+  return { status: response.status, headers: response.headers, body: parsed, text };
+}
+
+export const jsonHeaders = (token?: string): Record<string, string> => ({
+  'content-type': 'application/json',
+  ...(token === undefined ? {} : { authorization: `Bearer ${token}` }),
+});
+
+/** Substrings that would betray internals: stack frames, SQL, driver or runtime error text. */
+const leaks = [/\bat .+:\d+:\d+/, /\bSELECT\b/i, /\bINSERT\b/i, /\brelation\b/i, /\bpg\b/, /postgres/i, /TypeError|RangeError|SyntaxError|ZodError/, /node_modules/, /\.ts\b/, /stack/i];
+
+/**
+ * Asserts the contract's error body (§2) exactly: nothing but `code`, `message`, `request_id` and
+ * optionally `details`; the request id equal to the response's `x-request-id`; no internals.
+ */
+export function expectError(response: ApiResponse, status: number, code: string): void {
+  expect({ status: response.status, code: response.body?.error?.code }).toEqual({ status, code });
+  expect(Object.keys(response.body).sort()).toEqual(['error']);
+  const error = response.body.error;
+  for (const key of Object.keys(error)) expect(['code', 'message', 'request_id', 'details']).toContain(key);
+  expect(typeof error.message).toBe('string');
+  expect(error.message.length).toBeGreaterThan(0);
+  expect(typeof error.request_id).toBe('string');
+  expect(error.request_id.length).toBeGreaterThan(0);
+  expect(response.headers.get('x-request-id')).toBe(error.request_id);
+  if (error.details !== undefined) {
+    expect(Array.isArray(error.details)).toBe(true);
+    for (const detail of error.details) {
+      expect(Object.keys(detail).sort()).toEqual(['message', 'path']);
+      expect(typeof detail.path).toBe('string');
+      expect(typeof detail.message).toBe('string');
+    }
+  }
+  const serialized = JSON.stringify(response.body);
+  for (const leak of leaks) expect(serialized).not.toMatch(leak);
+  if (status === 401) expect(response.headers.get('www-authenticate')).toBe('Bearer');
+}
+
+/** A 400 `validation_error` whose details name `path` (e.g. "params.name"). */
+export function expectValidation(response: ApiResponse, path: string): void {
+  expectError(response, 400, 'validation_error');
+  const paths = (response.body.error.details ?? []).map((detail: { path: string }) => detail.path);
+  expect(paths, JSON.stringify(response.body.error.details)).toContain(path);
+}
+
+/** A 400 `validation_error` with a detail at `prefix` or below it (e.g. "params.attributes.a.b"). */
+export function expectValidationUnder(response: ApiResponse, prefix: string): void {
+  expectError(response, 400, 'validation_error');
+  const paths: string[] = (response.body.error.details ?? []).map((detail: { path: string }) => detail.path);
+  expect(
+    paths.some((path) => path === prefix || path.startsWith(`${prefix}.`)),
+    JSON.stringify(response.body.error.details),
+  ).toBe(true);
+}
+
+export function expectOk(response: ApiResponse): any {
+  expect(response.status, JSON.stringify(response.body)).toBe(200);
+  expect(Object.keys(response.body)).toEqual(['data']);
+  return response.body.data;
+}
+
+/** Calls an operation that must succeed and returns its `data`. */
+export async function ok(service: Pick<TestService, 'url'>, token: string, query: string, params: unknown): Promise<any> {
+  return expectOk(await callApi(service, token, query, params));
+}
+
+export const workspaceKeys = ['attributes', 'created_at', 'description', 'id', 'name', 'organization_id', 'updated_at'];
+export const solutionKeys = [...workspaceKeys, 'documentation', 'workspace_id'].sort();
+
+export function expectWorkspaceShape(workspace: any): void {
+  expect(Object.keys(workspace).sort()).toEqual(workspaceKeys);
+  expect(workspace.id).toMatch(/^ws_[A-Za-z0-9_-]{1,64}$/);
+  expect(workspace.organization_id).toMatch(/^org_/);
+  expect(workspace.created_at).toMatch(timestampPattern);
+  expect(workspace.updated_at).toMatch(timestampPattern);
+}
+
+export function expectSolutionShape(solution: any): void {
+  expect(Object.keys(solution).sort()).toEqual(solutionKeys);
+  expect(solution.id).toMatch(/^sol_[A-Za-z0-9_-]{1,64}$/);
+  expect(solution.workspace_id).toMatch(/^ws_/);
+  expect(solution.created_at).toMatch(timestampPattern);
+  expect(solution.updated_at).toMatch(timestampPattern);
+  expect(Array.isArray(solution.documentation.blocks)).toBe(true);
+}
+
+/** Serializes `{"query": ..., "params": <raw>}` with params given as raw JSON text. */
+export const envelopeWithRawParams = (query: string, rawParams: string) => `{"query":${JSON.stringify(query)},"params":${rawParams}}`;
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

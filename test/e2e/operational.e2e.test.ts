@@ -1,0 +1,218 @@
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createTestDatabase } from '../support/database.js';
+import { callApi, startTestService, type TestService } from '../support/service.js';
+import { allScopes, expectError, expectOk, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
+
+/** A TCP proxy in front of PostgreSQL that can be cut (refusing and dropping connections) and restored. */
+class CuttableProxy {
+  private server: net.Server | undefined;
+  private readonly sockets = new Set<net.Socket>();
+  port = 0;
+
+  constructor(private readonly target: { host: string; port: number }) {}
+
+  async open(): Promise<void> {
+    if (this.server) return;
+    const server = net.createServer((client) => {
+      const upstream = net.connect(this.target.port, this.target.host);
+      for (const socket of [client, upstream]) {
+        this.sockets.add(socket);
+        socket.on('close', () => this.sockets.delete(socket));
+        socket.on('error', () => undefined);
+      }
+      client.pipe(upstream).pipe(client);
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.port, '127.0.0.1', () => resolve());
+    });
+    this.port = (server.address() as net.AddressInfo).port;
+    this.server = server;
+  }
+
+  async cut(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    const closed = new Promise<void>((resolve) => server?.close(() => resolve()) ?? resolve());
+    for (const socket of this.sockets) socket.destroy();
+    await closed;
+  }
+}
+
+/**
+ * Contract §13 (health and readiness), §11 (a command answers even when the projection lags, and
+ * readiness reports it), and the configurable limits of §1 (body size, per-caller rate limit).
+ */
+describe('operational endpoints and limits', () => {
+  let service: TestService;
+  const org = 'org_ops';
+  const rateLimit = 25;
+
+  beforeAll(async () => {
+    service = await startTestService({ env: { BODY_LIMIT_BYTES: '4096', RATE_LIMIT_PER_MINUTE: String(rateLimit) } });
+  });
+  afterAll(() => service?.close());
+
+  async function get(target: TestService, path: string) {
+    const response = await fetch(`${target.url}${path}`);
+    return { status: response.status, headers: response.headers, body: (await response.json()) as any };
+  }
+
+  describe('/healthz and /readyz', () => {
+    it('GET /healthz answers 200 without a token', async () => {
+      const health = await get(service, '/healthz');
+      expect(health.status).toBe(200);
+      expect(health.body).toEqual({ status: 'ok' });
+      expect(health.headers.get('x-request-id')).toBeTruthy();
+    });
+
+    it('GET /readyz answers 200 when the stores answer and the projection has caught up', async () => {
+      const token = await service.token([org], allScopes, 'ready-checker');
+      await ok(service, token, 'create_workspace', { organization_id: org, name: 'Ready' });
+      const ready = await get(service, '/readyz');
+      expect(ready.status).toBe(200);
+      expect(ready.body).toEqual({
+        status: 'ready',
+        checks: { event_store: 'ok', read_database: 'ok', projection: 'caught_up' },
+      });
+    });
+
+    it('health endpoints are not rate limited and need no token', async () => {
+      const statuses = await Promise.all(Array.from({ length: rateLimit + 5 }, async () => (await fetch(`${service.url}/healthz`)).status));
+      expect(statuses.every((status) => status === 200)).toBe(true);
+      expect((await get(service, '/readyz')).status).toBe(200);
+    });
+  });
+
+  describe('configured body limit', () => {
+    it('accepts a body at BODY_LIMIT_BYTES and answers 413 one byte over', async () => {
+      const token = await service.token([org], allScopes, 'body-limit');
+      const body = JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 1 } });
+      const at = await rawPost(service, body + ' '.repeat(4096 - body.length), jsonHeaders(token));
+      expectOk(at);
+      const over = await rawPost(service, body + ' '.repeat(4097 - body.length), jsonHeaders(token));
+      expectError(over, 413, 'payload_too_large');
+      const attributes = await callApi(service, token, 'create_workspace', { organization_id: org, name: 'big', attributes: { a: 'x'.repeat(5000) } });
+      expectError(attributes, 413, 'payload_too_large');
+    });
+  });
+
+  describe('configured rate limit', () => {
+    it('answers 429 with Retry-After once a caller exceeds the limit, without affecting other callers', async () => {
+      const limited = await service.token([org], allScopes, 'rate-limited-user');
+      const sameUserOtherOrg = await service.token(['org_ops_other'], allScopes, 'rate-limited-user');
+      const bystander = await service.token([org], allScopes, 'bystander');
+      const responses = [];
+      for (let i = 0; i < rateLimit; i++) responses.push(await callApi(service, limited, 'list_workspaces', { page: 1, size: 1 }));
+      expect(responses.every((response) => response.status === 200)).toBe(true);
+
+      const over = await callApi(service, limited, 'list_workspaces', { page: 1, size: 1 });
+      expectError(over, 429, 'rate_limited');
+      const retryAfter = Number(over.headers.get('retry-after'));
+      expect(Number.isInteger(retryAfter)).toBe(true);
+      expect(retryAfter).toBeGreaterThanOrEqual(1);
+      expect(retryAfter).toBeLessThanOrEqual(60);
+
+      // Per caller (`sub`): another token of the same subject is limited too, another subject is not.
+      expectError(await callApi(service, sameUserOtherOrg, 'list_workspaces', { page: 1, size: 1 }), 429, 'rate_limited');
+      expectError(await callApi(service, limited, 'create_workspace', { organization_id: org, name: 'x' }), 429, 'rate_limited');
+      expectOk(await callApi(service, bystander, 'list_workspaces', { page: 1, size: 1 }));
+    });
+
+    it('does not count or limit requests that fail authentication as any caller', async () => {
+      for (let i = 0; i < rateLimit + 3; i++) {
+        expectError(await callApi(service, 'bad.token.here', 'list_workspaces', { page: 1, size: 1 }), 401, 'unauthenticated');
+      }
+    });
+  });
+
+  describe('a projection that does not catch up', () => {
+    let lagging: TestService | undefined;
+    let rescuer: TestService | undefined;
+    afterAll(async () => {
+      await rescuer?.close();
+      await lagging?.close();
+    });
+
+    it('still answers commands after PROJECTION_WAIT_MS, reports not ready, and recovers once a projector runs', async () => {
+      // A command-only instance on its own database: nobody projects its events.
+      lagging = await startTestService({ runProjector: false, env: { PROJECTION_WAIT_MS: '300' } });
+      const token = await lagging.token([org]);
+      expect((await get(lagging, '/readyz')).status).toBe(200); // nothing to project yet
+
+      const started = performance.now();
+      const created = await callApi(lagging, token, 'create_workspace', { organization_id: org, name: 'Durable' });
+      const elapsed = performance.now() - started;
+      const workspace = expectOk(created);
+      expect(workspace).toMatchObject({ organization_id: org, name: 'Durable', description: '', attributes: {} });
+      expect(elapsed).toBeGreaterThanOrEqual(250);
+
+      const notReady = await get(lagging, '/readyz');
+      expect(notReady.status).toBe(503);
+      expect(notReady.body.status).toBe('not_ready');
+      expect(notReady.body.checks).toMatchObject({ event_store: 'ok', read_database: 'ok', projection: 'behind' });
+      expect((await get(lagging, '/healthz')).status).toBe(200); // alive, just not ready
+
+      // The events are durable: a projector started later applies them and readiness returns.
+      rescuer = await startTestService({ databaseUrl: lagging.databaseUrl });
+      let status = 0;
+      for (let attempt = 0; attempt < 100 && status !== 200; attempt++) {
+        status = (await get(lagging, '/readyz')).status;
+        if (status !== 200) await sleep(100);
+      }
+      expect(status).toBe(200);
+      expect(await ok(lagging, token, 'get_workspace', { id: workspace.id })).toEqual(workspace);
+      expect(await ok(rescuer, token, 'get_workspace', { id: workspace.id })).toEqual(workspace);
+    });
+  });
+
+  describe('an unreachable database', () => {
+    let proxy: CuttableProxy;
+    let cut: TestService | undefined;
+    afterAll(async () => {
+      await proxy?.open().catch(() => undefined);
+      await cut?.close();
+    });
+
+    it('answers 503 unavailable (never 500) while the stores cannot be reached, /readyz 503, /healthz 200, and recovers', async () => {
+      const direct = new URL(await createTestDatabase());
+      proxy = new CuttableProxy({ host: direct.hostname, port: Number(direct.port) });
+      await proxy.open();
+      const proxied = new URL(direct);
+      proxied.port = String(proxy.port);
+      cut = await startTestService({ databaseUrl: proxied.toString() });
+      const token = await cut.token([org]);
+      const workspace = await ok(cut, token, 'create_workspace', { organization_id: org, name: 'Before the outage' });
+
+      await proxy.cut();
+      const calls = [
+        await callApi(cut, token, 'get_workspace', { id: workspace.id }),
+        await callApi(cut, token, 'list_workspaces', { page: 1, size: 10 }),
+        await callApi(cut, token, 'create_workspace', { organization_id: org, name: 'During the outage' }),
+        await callApi(cut, token, 'update_workspace', { id: workspace.id, name: 'During the outage' }),
+        await callApi(cut, token, 'create_solution', { workspace_id: workspace.id, name: 'During the outage' }),
+      ];
+      for (const response of calls) expectError(response, 503, 'unavailable');
+      // Requests that never reach the stores are answered as usual.
+      expectError(await callApi(cut, token, 'get_workspace', { id: 'bad' }), 400, 'validation_error');
+      expectError(await callApi(cut, undefined, 'get_workspace', { id: workspace.id }), 401, 'unauthenticated');
+      const notReady = await get(cut, '/readyz');
+      expect(notReady.status).toBe(503);
+      expect(notReady.body).toMatchObject({ status: 'not_ready', checks: { event_store: 'unreachable', read_database: 'unreachable' } });
+      expect((await get(cut, '/healthz')).status).toBe(200);
+
+      await proxy.open();
+      let status = 0;
+      for (let attempt = 0; attempt < 100 && status !== 200; attempt++) {
+        status = (await get(cut, '/readyz')).status;
+        if (status !== 200) await sleep(100);
+      }
+      expect(status).toBe(200);
+      expect(await ok(cut, token, 'get_workspace', { id: workspace.id })).toEqual(workspace);
+      expectOk(await callApi(cut, token, 'create_workspace', { organization_id: org, name: 'After the outage' }));
+    });
+  });
+});
