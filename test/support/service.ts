@@ -30,6 +30,8 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     DATABASE_URL: databaseUrl,
     AUTH_JWT_SECRET: testSecret,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
+    // With EVENTSTORE_URL set, the whole HTTP suite runs with events in EventStoreDB.
+    ...(process.env.EVENTSTORE_URL ? { EVENTSTORE_URL: process.env.EVENTSTORE_URL } : {}),
     ...options.env,
   });
   const logger = pino({ level: config.logLevel });
