@@ -32,7 +32,18 @@ const environmentSchema = z
       emptyAsUndefined,
       z.string().min(32, 'must be at least 32 characters (HS256 needs a 256-bit key)').optional(),
     ),
-    AUTH_JWKS_URL: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),
+    // Keys fetched in plain HTTP could be swapped on the way; plain HTTP only to this machine.
+    AUTH_JWKS_URL: z.preprocess(
+      emptyAsUndefined,
+      z
+        .string()
+        .refine((value) => {
+          if (!URL.canParse(value)) return false;
+          const url = new URL(value);
+          return url.protocol === 'https:' || (url.protocol === 'http:' && ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname));
+        }, 'must be an https:// URL (http:// only for localhost)')
+        .optional(),
+    ),
     AUTH_ISSUER: optionalString,
     AUTH_AUDIENCE: optionalString,
     PROJECTION_WAIT_MS: integer(5000, 0, 600_000),

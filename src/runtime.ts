@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { customAlphabet } from 'nanoid';
 import type { Logger } from 'pino';
 import type { AppServices, Readiness } from './api/app.js';
@@ -23,6 +24,8 @@ import { CommandHandlers } from './write/handlers.js';
 
 /** Generated ids: nanoid's alphabet and length (21), as contract §4 says. */
 const nanoid = customAlphabet('0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-', 21);
+/** The same 21-character shape, derived from a seed (a caller's Idempotency-Key and request). */
+const idFromSeed = (seed: string) => createHash('sha256').update(seed).digest('base64url').slice(0, 21);
 
 export type Runtime = {
   services: AppServices;
@@ -82,7 +85,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       store,
       cascade,
       clock: createClock(),
-      newId: (prefix) => `${prefix}${nanoid()}`,
+      newId: (prefix, seed) => `${prefix}${seed === undefined ? nanoid() : idFromSeed(seed)}`,
       awaitProjection: async (position) => {
         if (!(await progress.waitFor(position, config.projectionWaitMs))) {
           logger.warn({ waitedMs: config.projectionWaitMs }, 'projection did not catch up in time; answering anyway');
@@ -133,7 +136,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       cascade,
       close: async () => {
         await projector.stop();
-        await cascade.idle();
+        await cascade.close();
         progress.close();
         await listener.close();
         await store.close();

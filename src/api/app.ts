@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
-import { ServiceError, type ErrorDetail } from '../errors.js';
-import type { CommandHandlers } from '../write/handlers.js';
+import { notFound, ServiceError, type ErrorDetail } from '../errors.js';
+import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
 import { errorBody, sendError, statusOf, toServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
@@ -33,8 +33,6 @@ declare module 'fastify' {
     principal?: Principal;
   }
 }
-
-const isCommand = (operation: string) => /^(create|update|delete)_/.test(operation);
 
 const validRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
 
@@ -105,7 +103,22 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       }
       const parsed = paramsSchemas[query].safeParse(params);
       if (!parsed.success) throw new ServiceError('validation_error', 'invalid parameters', zodDetails(parsed.error, 'params'));
-      const caller = { subject: principal.subject, organizations: principal.organizations, requestId: request.id };
+      const key = operation.kind === 'command' ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
+      const requestHash = key === undefined ? undefined : IdempotencyKeys.hash(query, params);
+      let appendAttempted = false;
+      const caller: Caller = {
+        subject: principal.subject,
+        organizations: principal.organizations,
+        requestId: request.id,
+        ...(key === undefined
+          ? {}
+          : {
+              idempotencySeed: JSON.stringify([principal.subject, key, requestHash]),
+              onAppendAttempt: () => {
+                appendAttempted = true;
+              },
+            }),
+      };
       const run = async () => ({
         data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, {
           caller,
@@ -113,22 +126,31 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
           queries: services.queries,
         }),
       });
+      if (key === undefined || requestHash === undefined) return run();
 
-      const key = isCommand(query) ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
-      if (key === undefined) return run();
-      const replay = await services.idempotency.begin(principal.subject, key, IdempotencyKeys.hash(query, params));
-      if (replay) return reply.code(replay.status).header('idempotent-replayed', 'true').send(replay.body);
+      const started = await services.idempotency.begin(principal.subject, key, requestHash);
+      if ('replay' in started) {
+        // The caller may have lost access to the record since: a replay must not show it.
+        const organizationId = (started.replay.body as { data?: { organization_id?: unknown } }).data?.organization_id;
+        if (typeof organizationId === 'string' && !principal.organizations.has(organizationId)) throw notFound('record');
+        return reply.code(started.replay.status).header('idempotent-replayed', 'true').send(started.replay.body);
+      }
+      const { claim } = started;
+      let body;
       try {
-        const body = await run();
-        await services.idempotency.complete(principal.subject, key, { status: 200, body });
-        return body;
+        body = await run();
       } catch (error) {
         const serviceError = toServiceError(error);
         const status = statusOf[serviceError.code];
-        if (status >= 500) await services.idempotency.release(principal.subject, key);
-        else await services.idempotency.complete(principal.subject, key, { status, body: errorBody(serviceError, request.id) });
+        if (status < 500) await claim.complete({ status, body: errorBody(serviceError, request.id) });
+        // An append may have landed: the key stays taken until its claim lapses, and a retry then
+        // runs again and converges on the same record (ids derive from the key).
+        else if (appendAttempted) claim.abandon();
+        else await claim.release();
         throw error;
       }
+      await claim.complete({ status: 200, body });
+      return body;
     },
   });
 

@@ -13,7 +13,12 @@ export type AuthSettings =
   | { kind: 'jwks'; jwksUrl: string; issuer?: string | undefined; audience?: string | undefined };
 
 const claimsSchema = z.object({
-  sub: z.string().min(1),
+  // The subject is recorded as the actor of events: it must be storable text.
+  sub: z
+    .string()
+    .min(1)
+    .max(255)
+    .refine((value) => value.isWellFormed() && !/\p{Cc}/u.test(value)),
   orgs: z.array(organizationId),
   scope: z.string().optional(),
 });
@@ -35,7 +40,7 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
   const verify =
     settings.kind === 'secret'
       ? ((secret: Uint8Array) => (token: string) => jwtVerify(token, secret, options))(new TextEncoder().encode(settings.secret))
-      : ((keys: JWTVerifyGetKey) => (token: string) => jwtVerify(token, keys, options))(createRemoteJWKSet(new URL(settings.jwksUrl)));
+      : ((keys: JWTVerifyGetKey) => (token: string) => jwtVerify(token, keys, options))(remoteKeys(settings.jwksUrl));
 
   return async (authorization) => {
     const match = /^Bearer +([A-Za-z0-9._~+/=-]+) *$/i.exec(authorization ?? '');
@@ -44,9 +49,8 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
     try {
       ({ payload } = await verify(match[1]!));
     } catch (error) {
-      if (error instanceof joseErrors.JWKSTimeout) throw unavailable('the token keys cannot be fetched');
+      if (error instanceof KeySetUnavailable) throw unavailable('the token keys cannot be fetched');
       if (error instanceof joseErrors.JOSEError) throw unauthenticated(tokenProblem(error));
-      if (settings.kind === 'jwks') throw unavailable('the token keys cannot be fetched');
       throw unauthenticated('the token is not valid');
     }
     const claims = claimsSchema.safeParse(payload);
@@ -56,6 +60,24 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
       organizations: new Set(claims.data.orgs),
       scopes: new Set((claims.data.scope ?? '').split(' ').filter(Boolean)),
     };
+  };
+}
+
+class KeySetUnavailable extends Error {}
+
+/**
+ * The JWKS, fetched and cached by jose. A key set that cannot be fetched or read is the service's
+ * problem (503), not the caller's; a token whose key is not in the set is the caller's (401).
+ */
+function remoteKeys(jwksUrl: string): JWTVerifyGetKey {
+  const keySet = createRemoteJWKSet(new URL(jwksUrl));
+  return async (header, token) => {
+    try {
+      return await keySet(header, token);
+    } catch (error) {
+      if (error instanceof joseErrors.JWKSNoMatchingKey || error instanceof joseErrors.JWKSMultipleMatchingKeys) throw error;
+      throw new KeySetUnavailable('the JWKS cannot be fetched', { cause: error });
+    }
   };
 }
 

@@ -48,6 +48,8 @@ const pageOf = <T, R>(page: Page<T>, present: (item: T) => R) => ({ ...page, ite
 export type OperationContext = { caller: Caller; commands: CommandHandlers; queries: Queries };
 
 type Operation<O extends OperationName> = {
+  /** Commands change records (and honour Idempotency-Key); queries only read. */
+  kind: 'command' | 'query';
   scope: Scope;
   run: (params: ParamsOf<O>, context: OperationContext) => Promise<unknown>;
 };
@@ -66,6 +68,7 @@ const found = <T>(record: T | undefined, what: string): T => {
 /** The one place mapping each operation to its scope and handler. */
 export const operations: { [O in OperationName]: Operation<O> } = {
   get_workspace: {
+    kind: 'query',
     scope: 'workspaces:read',
     run: async ({ id, as_of }, { caller, queries }) =>
       workspaceResponse(
@@ -75,27 +78,33 @@ export const operations: { [O in OperationName]: Operation<O> } = {
       ),
   },
   get_workspace_history: {
+    kind: 'query',
     scope: 'workspaces:read',
     run: ({ id, page, size }, { caller, queries }) => queries.history('workspace', id, caller.organizations, { page, size }),
   },
   list_workspaces: {
+    kind: 'query',
     scope: 'workspaces:read',
     run: async ({ page, size, organization_id }, { caller, queries }) =>
       pageOf(await queries.listWorkspaces(visibleOrganizations(caller, organization_id), { page, size }), workspaceResponse),
   },
   create_workspace: {
+    kind: 'command',
     scope: 'workspaces:write',
     run: async (params, { caller, commands }) => workspaceResponse(await commands.createWorkspace(params, caller)),
   },
   update_workspace: {
+    kind: 'command',
     scope: 'workspaces:write',
     run: async (params, { caller, commands }) => workspaceResponse(await commands.updateWorkspace(params, caller)),
   },
   delete_workspace: {
+    kind: 'command',
     scope: 'workspaces:write',
     run: ({ id }, { caller, commands }) => commands.deleteWorkspace(id, caller),
   },
   get_solution: {
+    kind: 'query',
     scope: 'solutions:read',
     run: async ({ id, as_of }, { caller, queries }) =>
       solutionResponse(
@@ -105,10 +114,12 @@ export const operations: { [O in OperationName]: Operation<O> } = {
       ),
   },
   get_solution_history: {
+    kind: 'query',
     scope: 'solutions:read',
     run: ({ id, page, size }, { caller, queries }) => queries.history('solution', id, caller.organizations, { page, size }),
   },
   list_solutions: {
+    kind: 'query',
     scope: 'solutions:read',
     run: async ({ page, size, workspace_id, organization_id }, { caller, queries }) =>
       pageOf(
@@ -117,14 +128,17 @@ export const operations: { [O in OperationName]: Operation<O> } = {
       ),
   },
   create_solution: {
+    kind: 'command',
     scope: 'solutions:write',
     run: async (params, { caller, commands }) => solutionResponse(await commands.createSolution(params, caller)),
   },
   update_solution: {
+    kind: 'command',
     scope: 'solutions:write',
     run: async (params, { caller, commands }) => solutionResponse(await commands.updateSolution(params, caller)),
   },
   delete_solution: {
+    kind: 'command',
     scope: 'solutions:write',
     run: ({ id }, { caller, commands }) => commands.deleteSolution(id, caller),
   },

@@ -54,21 +54,25 @@ export async function recordHistory(
   return { total: events.length, page: request.page, size: request.size, items };
 }
 
-/** The workspace as it was at `asOf`, folded with the write side's own evolve; 404 if it did not exist then. */
-export async function workspaceAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Workspace> {
-  const events = await accessibleEvents(store, 'workspace', id, organizations);
-  const state = events
+/** A record's state at `asOf`, folded with the write side's own evolve from the events up to then. */
+function stateAt<State>(events: Envelope[], asOf: Timestamp, decider: { initialState: State; evolve: (state: State, event: never) => State }): State {
+  return events
     .filter((event) => event.metadata.occurred_at <= asOf)
-    .reduce((current, event) => workspaceDecider.evolve(current, event as never), workspaceDecider.initialState);
+    .reduce((current, event) => decider.evolve(current, event as never), decider.initialState);
+}
+
+/** The workspace as it was at `asOf`; 404 if it did not exist then. */
+export async function workspaceAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Workspace> {
+  const state = stateAt(await accessibleEvents(store, 'workspace', id, organizations), asOf, workspaceDecider);
   if (state.status !== 'active') throw notFound('workspace');
   return state.workspace;
 }
 
+/** The solution as it was at `asOf`: it existed then, and so did its workspace (a cascade can trail the deletion). */
 export async function solutionAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Solution> {
-  const events = await accessibleEvents(store, 'solution', id, organizations);
-  const state = events
-    .filter((event) => event.metadata.occurred_at <= asOf)
-    .reduce((current, event) => solutionDecider.evolve(current, event as never), solutionDecider.initialState);
+  const state = stateAt(await accessibleEvents(store, 'solution', id, organizations), asOf, solutionDecider);
   if (state.status !== 'active') throw notFound('solution');
+  const workspaceEvents = (await store.readStream(workspaceStream(state.solution.workspace_id))).map(upcast);
+  if (stateAt(workspaceEvents, asOf, workspaceDecider).status !== 'active') throw notFound('solution');
   return state.solution;
 }

@@ -98,7 +98,6 @@ export class ProjectionRunner {
     let idlePollMs = minIdlePollMs;
     while (!this.abort.signal.aborted) {
       const events = await store.readAll(checkpoint, batchSize);
-      this.failures = 0; // back-off grows only while the store keeps failing
       if (events.length === 0) {
         await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
         idlePollMs = Math.min(idlePollMs * 2, maxIdlePollMs);
@@ -108,6 +107,7 @@ export class ProjectionRunner {
       const last = events[events.length - 1]!.position;
       const changes = await this.applyInTransaction(client, checkpoint, last, events.filter((e) => ourStream(e.streamName)).map(upcast));
       checkpoint = last;
+      this.failures = 0; // back-off grows while batches keep failing, and only then
       progress.advance(checkpoint);
       if (changes.pendingCascades.length > 0) this.options.onCascadesPending?.();
     }

@@ -33,7 +33,7 @@ export async function execute<Command, State, Event extends DomainEvent>(
   store: EventStore,
   streamName: string,
   decider: Decider<Command, State, Event>,
-  requestId: string,
+  request: { requestId: string; onAppendAttempt?: (() => void) | undefined },
   commandFor: (state: State) => Command | Promise<Command>,
 ): Promise<Outcome<State>> {
   for (let attempt = 1; attempt <= maxAttempts; attempt++) {
@@ -41,11 +41,12 @@ export async function execute<Command, State, Event extends DomainEvent>(
     const events = decider.decide(await commandFor(state), state);
     if (events.length === 0) return { state, position: undefined };
     const newEvents = events.map((event, index) => ({
-      id: eventId(requestId, streamName, version, index, event),
+      id: eventId(request.requestId, streamName, version, index, event),
       type: event.type,
       data: event.data,
       metadata: event.metadata,
     }));
+    request.onAppendAttempt?.();
     try {
       const { position } = await store.append(streamName, version, newEvents);
       return { state: events.reduce(decider.evolve, state), position };

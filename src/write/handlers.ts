@@ -13,13 +13,21 @@ import type { Documentation } from './values.js';
 import type { Workspace } from './workspace.js';
 
 /** Who is calling: the token's subject and the organizations it grants (contract §3). */
-export type Caller = { subject: string; organizations: ReadonlySet<string>; requestId: string };
+export type Caller = {
+  subject: string;
+  organizations: ReadonlySet<string>;
+  requestId: string;
+  /** With an Idempotency-Key: new record ids derive from it, so a re-run creates the same record. */
+  idempotencySeed?: string;
+  /** Told before an append is attempted: from then on the command may have had an effect. */
+  onAppendAttempt?: () => void;
+};
 
 export type CommandHandlerDeps = {
   store: EventStore;
   cascade: CascadeWorker;
   clock: () => Timestamp;
-  newId: (prefix: 'ws_' | 'sol_') => string;
+  newId: (prefix: 'ws_' | 'sol_', seed?: string) => string;
   /** Resolves once the projection has applied `position` or the wait timed out (contract §11). */
   awaitProjection: (position: GlobalPosition) => Promise<void>;
   logger: Logger;
@@ -55,8 +63,8 @@ export class CommandHandlers {
     if (!caller.organizations.has(params.organization_id)) {
       throw new ServiceError('forbidden', 'the token does not grant access to this organization');
     }
-    const id = this.deps.newId('ws_');
-    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller.requestId, () => ({
+    const id = this.deps.newId('ws_', caller.idempotencySeed);
+    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller, () => ({
       type: 'CreateWorkspace' as const,
       id,
       organizationId: params.organization_id,
@@ -69,7 +77,7 @@ export class CommandHandlers {
   }
 
   async updateWorkspace(params: UpdateWorkspaceParams, caller: Caller): Promise<Workspace> {
-    const outcome = await execute(this.deps.store, workspaceStream(params.id), workspaceDecider, caller.requestId, (state) => {
+    const outcome = await execute(this.deps.store, workspaceStream(params.id), workspaceDecider, caller, (state) => {
       if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
       return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
     });
@@ -77,20 +85,24 @@ export class CommandHandlers {
   }
 
   async deleteWorkspace(id: string, caller: Caller): Promise<{ id: string }> {
-    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller.requestId, (state) => {
+    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller, (state) => {
       if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
       return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
     });
     await this.awaitProjection(outcome.position);
-    // The solutions are already hidden; their own deletion events are written before answering.
-    await this.deps.cascade.drainWorkspace(id);
+    // The solutions are already hidden; their own deletion events are written before answering,
+    // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
+    await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
+      this.deps.logger.warn({ err: (error as Error).message, workspaceId: id }, 'cascade deferred to the background');
+      this.deps.cascade.drainAll();
+    });
     return { id };
   }
 
   async createSolution(params: CreateSolutionParams, caller: Caller): Promise<Solution> {
     const workspace = await this.activeWorkspace(params.workspace_id, caller);
-    const id = this.deps.newId('sol_');
-    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller.requestId, () => ({
+    const id = this.deps.newId('sol_', caller.idempotencySeed);
+    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller, () => ({
       type: 'CreateSolution' as const,
       id,
       workspace: { id: workspace.id, organization_id: workspace.organization_id },
@@ -102,32 +114,39 @@ export class CommandHandlers {
       context: this.context(caller),
     }));
     await this.awaitProjection(outcome.position);
-    // The workspace may have been deleted while the solution was being created: then it never
-    // shows, and the projector has listed it for the cascade.
-    const parent = await loadState(this.deps.store, workspaceStream(workspace.id), workspaceDecider);
-    if (parent.state.status !== 'active') {
-      await this.deps.cascade.drainWorkspace(workspace.id);
-      throw notFound('workspace');
-    }
+    await this.ensureParentSurvived(workspace.id, 'workspace');
     if (outcome.state.status !== 'active') throw new ServiceError('internal_error', 'created solution is not active');
     return outcome.state.solution;
   }
 
   async updateSolution(params: UpdateSolutionParams, caller: Caller): Promise<Solution> {
-    const outcome = await execute(this.deps.store, solutionStream(params.id), solutionDecider, caller.requestId, async (state) => {
+    const outcome = await execute(this.deps.store, solutionStream(params.id), solutionDecider, caller, async (state) => {
       if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
       return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
     });
-    return this.settled(outcome, (state) => (state.status === 'active' ? state.solution : undefined));
+    const solution = await this.settled(outcome, (state) => (state.status === 'active' ? state.solution : undefined));
+    await this.ensureParentSurvived(solution.workspace_id, 'solution');
+    return solution;
   }
 
   async deleteSolution(id: string, caller: Caller): Promise<{ id: string }> {
-    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller.requestId, async (state) => {
+    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller, async (state) => {
       if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
       return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
     });
     await this.awaitProjection(outcome.position);
     return { id };
+  }
+
+  /**
+   * The workspace may have been deleted between the check before the append and the append: then
+   * the solution never shows again and the cascade deletes it, so the change is answered as not found.
+   */
+  private async ensureParentSurvived(workspaceId: string, what: string): Promise<void> {
+    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider);
+    if (parent.state.status === 'active') return;
+    await this.deps.cascade.drainWorkspace(workspaceId).catch(() => this.deps.cascade.drainAll());
+    throw notFound(what);
   }
 
   /** The workspace if it is active and the caller may access it; otherwise `what` is not found. */

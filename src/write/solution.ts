@@ -3,7 +3,8 @@ import { assertNever, envelope, type CommandContext } from './command.js';
 import type { Envelope, SolutionEvent, SolutionUpdated } from './events.js';
 import type { JsonObject } from './merge-patch.js';
 import type { Timestamp } from './timestamp.js';
-import { mergeAttributes, type Documentation } from './values.js';
+import { emptyDocumentation, mergeAttributes, type Documentation } from './values.js';
+import { createdAs } from './workspace.js';
 
 export type Solution = {
   id: string;
@@ -56,7 +57,6 @@ export const initialSolutionState: SolutionState = { status: 'absent' };
 export function decideSolution(command: SolutionCommand, state: SolutionState): Envelope<SolutionEvent>[] {
   switch (command.type) {
     case 'CreateSolution': {
-      if (state.status !== 'absent') throw new ServiceError('internal_error', 'generated solution id already exists');
       const { workspace } = command;
       if (command.organizationId !== undefined && command.organizationId !== workspace.organization_id) {
         throw invalid('params.organization_id', "must be the workspace's organization");
@@ -68,8 +68,13 @@ export function decideSolution(command: SolutionCommand, state: SolutionState): 
         name: command.name,
         description: command.description ?? '',
         attributes: command.attributes ?? {},
-        documentation: command.documentation ?? { blocks: [] },
+        documentation: command.documentation ?? emptyDocumentation(),
       };
+      if (state.status !== 'absent') {
+        // Ids derived from an Idempotency-Key make a re-run create the same record: already done.
+        if (state.status === 'active' && createdAs(state.solution, data)) return [];
+        throw new ServiceError('internal_error', 'generated solution id already exists');
+      }
       return [envelope({ type: 'SolutionCreated', data }, command.context, undefined)];
     }
     case 'UpdateSolution': {

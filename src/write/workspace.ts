@@ -43,21 +43,26 @@ export type WorkspaceCommand =
 
 export const initialWorkspaceState: WorkspaceState = { status: 'absent' };
 
+/** Whether `record` still holds exactly the values in `created` (an unchanged record created that way). */
+export const createdAs = (record: object, created: Record<string, unknown>) =>
+  Object.entries(created).every(([key, value]) => JSON.stringify((record as Record<string, unknown>)[key]) === JSON.stringify(value));
+
 export function decideWorkspace(command: WorkspaceCommand, state: WorkspaceState): Envelope<WorkspaceEvent>[] {
   switch (command.type) {
     case 'CreateWorkspace': {
-      if (state.status !== 'absent') throw new ServiceError('internal_error', 'generated workspace id already exists');
-      const event = {
-        type: 'WorkspaceCreated' as const,
-        data: {
-          id: command.id,
-          organization_id: command.organizationId,
-          name: command.name,
-          description: command.description ?? '',
-          attributes: command.attributes ?? {},
-        },
+      const data = {
+        id: command.id,
+        organization_id: command.organizationId,
+        name: command.name,
+        description: command.description ?? '',
+        attributes: command.attributes ?? {},
       };
-      return [envelope(event, command.context, undefined)];
+      if (state.status !== 'absent') {
+        // Ids derived from an Idempotency-Key make a re-run create the same record: already done.
+        if (state.status === 'active' && createdAs(state.workspace, data)) return [];
+        throw new ServiceError('internal_error', 'generated workspace id already exists');
+      }
+      return [envelope({ type: 'WorkspaceCreated', data }, command.context, undefined)];
     }
     case 'UpdateWorkspace': {
       if (state.status !== 'active') throw notFound('workspace');

@@ -63,4 +63,24 @@ describe('Idempotency-Key on commands', () => {
     expect(bad.status).toBe(400);
     expect(bad.body.error.code).toBe('bad_request');
   });
+
+  it('does not replay a record to a caller who has lost access to its organization', async () => {
+    const created = await create('key-access', 'Kept');
+    expect(created.status).toBe(200);
+    const withoutAccess = await service.token([], undefined, 'user-1');
+    const replay = await create('key-access', 'Kept', withoutAccess);
+    expect(replay.status).toBe(404);
+    expect(JSON.stringify(replay.body)).not.toContain('Kept');
+  });
+
+  it('keeps the field order of the first answer in a replay', async () => {
+    const first = await create('key-order', 'Ordered');
+    const again = await fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, 'idempotency-key': 'key-order' },
+      body: JSON.stringify({ query: 'create_workspace', params: { organization_id: 'org_idem', name: 'Ordered' } }),
+    });
+    expect(Object.keys((await again.json()).data)).toEqual(Object.keys(first.body.data));
+  });
 });
+

@@ -63,3 +63,34 @@ describe('JWKS mode', () => {
     expect(answer.body.error.code).toBe('unauthenticated');
   });
 });
+
+describe('JWKS that cannot be fetched', () => {
+  let failingServer: Server;
+  let service: TestService;
+
+  beforeAll(async () => {
+    failingServer = createServer((_request, response) => {
+      response.writeHead(503);
+      response.end('down');
+    });
+    await new Promise<void>((resolve) => failingServer.listen(0, '127.0.0.1', resolve));
+    const { port } = failingServer.address() as AddressInfo;
+    service = await startTestService({ env: { AUTH_JWT_SECRET: '', AUTH_JWKS_URL: `http://127.0.0.1:${port}/jwks.json` } });
+  });
+  afterAll(async () => {
+    await service?.close();
+    failingServer?.close();
+  });
+
+  it('answers 503 unavailable: the key set is the service’s problem, not the caller’s', async () => {
+    const { privateKey } = await generateKeyPair('RS256');
+    const token = await new SignJWT({ orgs: [], scope: 'workspaces:read' })
+      .setProtectedHeader({ alg: 'RS256', kid: 'any' })
+      .setSubject('x')
+      .setExpirationTime('5m')
+      .sign(privateKey);
+    const answer = await callApi(service, token, 'list_workspaces', { page: 1, size: 1 });
+    expect(answer.status).toBe(503);
+    expect(answer.body.error.code).toBe('unavailable');
+  });
+});

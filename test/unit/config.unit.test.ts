@@ -105,8 +105,9 @@ describe('parseConfig', () => {
     ['DATABASE_URL', 'not a url', 'must be a postgres:// or postgresql:// URL'],
     ['EVENTSTORE_URL', 'postgres://es:2113', 'must be an esdb:// or esdb+discover:// URL'],
     ['EVENTSTORE_URL', 'es:2113', 'must be an esdb:// or esdb+discover:// URL'],
-    ['AUTH_JWKS_URL', 'ftp://idp/jwks.json', 'must be an http:// or https:// URL'],
-    ['AUTH_JWKS_URL', '/jwks.json', 'must be an http:// or https:// URL'],
+    ['AUTH_JWKS_URL', 'ftp://idp/jwks.json', 'must be an https:// URL (http:// only for localhost)'],
+    ['AUTH_JWKS_URL', '/jwks.json', 'must be an https:// URL (http:// only for localhost)'],
+    ['AUTH_JWKS_URL', 'http://idp.example/jwks.json', 'must be an https:// URL (http:// only for localhost)'],
   ])('rejects %s=%j', (key, value, message) => {
     expect(configError({ [key]: value })).toContain(`${key}: ${message}`);
   });
@@ -127,7 +128,8 @@ describe('parseConfig', () => {
       'AUTH_JWT_SECRET: with DATABASE_URL set, AUTH_JWT_SECRET or AUTH_JWKS_URL is required',
     );
     expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWT_SECRET: secret }).databaseUrl).toBe('postgres://h/db');
-    expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWKS_URL: 'http://idp/jwks' }).auth.jwksUrl).toBe('http://idp/jwks');
+    expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWKS_URL: 'https://idp/jwks' }).auth.jwksUrl).toBe('https://idp/jwks');
+    expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWKS_URL: 'http://127.0.0.1:9/jwks' }).auth.jwksUrl).toBe('http://127.0.0.1:9/jwks');
   });
 
   it.each([

@@ -98,8 +98,9 @@ describe('the solution decider', () => {
         .then([solutionCreated(at('10:00:00.000000'), {}, { actor: 'user_bob', request_id: 'req_7', schema_version: currentSchemaVersion })]);
     });
 
-    it('refuses an id that already exists', () => {
-      given(solutionCreated(at('10:00:00.000000'))).when(create(at('11:00:00.000000'))).thenError('internal_error');
+    it('treats creating the same record again as done, and refuses an id taken by another record', () => {
+      given(solutionCreated(at('10:00:00.000000'))).when(create(at('11:00:00.000000'))).then([]);
+      given(solutionCreated(at('10:00:00.000000'), { name: 'Other' })).when(create(at('11:00:00.000000'))).thenError('internal_error');
     });
 
     it('folds into an active solution whose updated_at equals created_at', () => {

@@ -62,8 +62,12 @@ describe('the workspace decider', () => {
       expect(event?.metadata).toEqual({ actor: 'user_bob', request_id: 'req_42', occurred_at: '2024-05-01T10:00:00.123456Z', schema_version: currentSchemaVersion });
     });
 
-    it('refuses an id that already exists (a generated id collision is a bug, not a client error)', () => {
-      given(workspaceCreated(at('10:00:00.000000'))).when(create(at('11:00:00.000000'))).thenError('internal_error');
+    it('treats creating the same record again as done (a re-run under one Idempotency-Key)', () => {
+      given(workspaceCreated(at('10:00:00.000000'))).when(create(at('11:00:00.000000'))).then([]);
+    });
+
+    it('refuses an id that already exists with other values or was deleted (a collision is a bug, not a client error)', () => {
+      given(workspaceCreated(at('10:00:00.000000'), { name: 'Other' })).when(create(at('11:00:00.000000'))).thenError('internal_error');
       given(workspaceCreated(at('10:00:00.000000')), workspaceDeleted(at('10:30:00.000000')))
         .when(create(at('11:00:00.000000')))
         .thenError('internal_error');

@@ -1,0 +1,119 @@
+/**
+ * npm run history -- <ws_...|sol_...> [--full]
+ *
+ * One record's history for operators, as a table: version, when, who, the event, and what changed
+ * (for a creation its initial fields, for an update the fields it set, for a deletion its reason
+ * when there is one). Read straight from the event log through the port, whatever the record's
+ * organization: operators are trusted. Long values are shortened unless --full is given.
+ */
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import type { EventStore } from '../eventstore/port.js';
+import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
+import { ConfigError, connectOperator, parseOperatorConfig, type OperatorConnection } from '../projections/rebuild.js';
+import type { Envelope } from '../write/events.js';
+import { upcast } from '../write/upcast.js';
+
+const usage = 'usage: npm run history -- <ws_...|sol_...> [--full]\n';
+
+let parsed;
+try {
+  parsed = parseArgs({ options: { full: { type: 'boolean', default: false } }, allowPositionals: true });
+} catch (error) {
+  process.stderr.write(`${(error as Error).message}\n${usage}`);
+  process.exit(2);
+}
+const [id, ...extra] = parsed.positionals;
+const kind = id?.startsWith('ws_') ? 'workspace' : id?.startsWith('sol_') ? 'solution' : undefined;
+if (!id || !kind || extra.length > 0) {
+  process.stderr.write(usage);
+  process.exit(2);
+}
+
+let config;
+try {
+  config = parseOperatorConfig();
+} catch (error) {
+  if (!(error instanceof ConfigError)) throw error;
+  process.stderr.write(`${error.message}\n`);
+  process.exit(2);
+}
+const logger = pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2));
+
+type Row = { version: string; when: string; who: string; event: string; changes: string[] };
+
+const maxValueLength = 80;
+const shown = (value: unknown, full: boolean) => {
+  const text = JSON.stringify(value) ?? 'undefined';
+  return full || text.length <= maxValueLength ? text : `${text.slice(0, maxValueLength - 1)}…`;
+};
+
+/** What an event changed, one `field=value` per line. */
+function changesOf(event: Envelope, full: boolean): string[] {
+  const fields = (data: Record<string, unknown>, skip: string[]) =>
+    Object.entries(data)
+      .filter(([key, value]) => !skip.includes(key) && value !== undefined)
+      .map(([key, value]) => `${key}=${shown(value, full)}`);
+  switch (event.type) {
+    case 'WorkspaceCreated':
+    case 'SolutionCreated':
+    case 'WorkspaceUpdated':
+    case 'SolutionUpdated':
+      return fields(event.data, ['id']);
+    case 'WorkspaceDeleted':
+      return [];
+    case 'SolutionDeleted':
+      return event.data.reason === undefined ? [] : [`reason=${event.data.reason}`];
+    default:
+      return fields((event as { data: Record<string, unknown> }).data ?? {}, ['id']);
+  }
+}
+
+async function historyRows(store: EventStore, full: boolean): Promise<Row[]> {
+  const recorded = await store.readStream(kind === 'workspace' ? workspaceStream(id!) : solutionStream(id!));
+  return recorded.map((event) => {
+    const envelope = upcast(event);
+    return {
+      version: event.version.toString(),
+      when: envelope.metadata.occurred_at,
+      who: envelope.metadata.actor,
+      event: envelope.type,
+      changes: changesOf(envelope, full),
+    };
+  });
+}
+
+function table(rows: Row[]): string {
+  const header: Row = { version: 'VERSION', when: 'WHEN', who: 'WHO', event: 'EVENT', changes: ['WHAT CHANGED'] };
+  const all = [header, ...rows];
+  const width = (pick: (row: Row) => string) => Math.max(...all.map((row) => pick(row).length));
+  const widths = [width((r) => r.version), width((r) => r.when), width((r) => r.who), width((r) => r.event)];
+  const line = (cells: string[], change: string) =>
+    `${cells.map((cell, i) => (i === 0 ? cell.padStart(widths[i]!) : cell.padEnd(widths[i]!))).join('  ')}  ${change}`.trimEnd();
+  const out: string[] = [];
+  for (const row of all) {
+    const [first = '', ...more] = row.changes;
+    out.push(line([row.version, row.when, row.who, row.event], first));
+    for (const change of more) out.push(line(['', '', '', ''], change));
+  }
+  return `${out.join('\n')}\n`;
+}
+
+let exitCode = 0;
+let connection: OperatorConnection | undefined;
+try {
+  connection = await connectOperator(config, logger, { migrate: false });
+  const rows = await historyRows(connection.store, parsed.values.full);
+  if (rows.length === 0) {
+    process.stderr.write(`no ${kind} ${id} in the event log\n`);
+    exitCode = 1;
+  } else {
+    process.stdout.write(`${kind} ${id}: ${rows.length} event(s)\n${table(rows)}`);
+  }
+} catch (error) {
+  process.stderr.write(`history failed: ${error instanceof Error ? error.message : String(error)}\n`);
+  exitCode = 2;
+} finally {
+  await connection?.close().catch(() => undefined);
+}
+process.exit(exitCode);

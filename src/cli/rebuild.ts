@@ -1,0 +1,136 @@
+/**
+ * npm run projections:rebuild [-- --batch-size 10000]
+ *
+ * Rebuilds every read table from the event log without stopping the service (see
+ * src/projections/rebuild.ts). Uses the service's settings: DATABASE_URL or the embedded
+ * PostgreSQL on DATA_DIR (shared with a running service), and EVENTSTORE_URL when set.
+ * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
+ */
+import { parseArgs } from 'node:util';
+import { pino } from 'pino';
+import { encodePosition } from '../projections/progress.js';
+import {
+  ConfigError,
+  connectOperator,
+  parseOperatorConfig,
+  RebuildAborted,
+  rebuildReadModel,
+  type RebuildProgress,
+} from '../projections/rebuild.js';
+
+const { values } = parseArgs({ options: { 'batch-size': { type: 'string', default: '10000' } } });
+const batchSize = Number(values['batch-size']);
+if (!Number.isInteger(batchSize) || batchSize < 1) {
+  process.stderr.write('--batch-size must be a positive whole number\n');
+  process.exit(2);
+}
+
+let config;
+try {
+  config = parseOperatorConfig();
+} catch (error) {
+  if (!(error instanceof ConfigError)) throw error;
+  process.stderr.write(`${error.message}\n`);
+  process.exit(2);
+}
+
+// Logs go to stderr beside the progress, quiet unless LOG_LEVEL asks for more.
+const logger = pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2));
+
+const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+const duration = (seconds: number) => {
+  if (!Number.isFinite(seconds)) return '?';
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const pad = (n: number) => String(n).padStart(2, '0');
+  return h > 0 ? `${h}:${pad(m)}:${pad(s % 60)}` : `${m}:${pad(s % 60)}`;
+};
+
+/** A progress bar redrawn in place on a terminal; a plain line every few seconds otherwise. */
+function progressPrinter(stream: NodeJS.WriteStream) {
+  const tty = stream.isTTY === true;
+  let lastPrint = 0;
+  let drawn = false;
+  let switchAnnounced = false;
+  const describe = ({ done, total, elapsedMs, phase }: RebuildProgress, bar: boolean) => {
+    const rate = elapsedMs > 0 ? (done / elapsedMs) * 1000 : 0;
+    const rateText = `${integer.format(rate)} events/s`;
+    const label = phase === 'switching' ? 'switching over' : phase === 'done' ? 'done' : 'rebuilding';
+    if (total === undefined || total === 0) return `${label}: ${integer.format(done)} events, ${rateText}, ${duration(elapsedMs / 1000)} elapsed`;
+    const fraction = Math.min(1, done / total);
+    const left = rate > 0 ? duration((total - done) / rate) : '?';
+    const percent = `${(fraction * 100).toFixed(1).padStart(5)}%`;
+    const counts = `${integer.format(done)}/${integer.format(total)} events`;
+    if (!bar) return `${label}: ${counts} (${percent.trim()}), ${rateText}, ${left} left`;
+    const width = Math.max(10, Math.min(40, (stream.columns ?? 80) - 70));
+    const filled = Math.round(fraction * width);
+    return `[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${percent} ${counts}  ${rateText}  ${left} left  ${label}`;
+  };
+  return {
+    update(progress: RebuildProgress) {
+      const now = performance.now();
+      const final = progress.phase === 'done';
+      if (tty) {
+        if (!final && now - lastPrint < 100) return;
+        lastPrint = now;
+        stream.write(`\r\x1b[2K${describe(progress, true)}`);
+        drawn = true;
+        if (final) {
+          stream.write('\n');
+          drawn = false;
+        }
+      } else {
+        // A line every two seconds, the first attempt to switch over, and the end.
+        const firstSwitch = progress.phase === 'switching' && !switchAnnounced;
+        if (!final && !firstSwitch && now - lastPrint < 2000) return;
+        if (firstSwitch) switchAnnounced = true;
+        lastPrint = now;
+        stream.write(`${describe(progress, false)}\n`);
+      }
+    },
+    /** Ends a half-drawn bar so that what follows starts on its own line. */
+    interrupt() {
+      if (drawn) stream.write('\n');
+      drawn = false;
+    },
+  };
+}
+
+const printer = progressPrinter(process.stderr);
+const abort = new AbortController();
+const stop = () => {
+  printer.interrupt();
+  process.stderr.write('stopping after the current batch…\n');
+  abort.abort();
+};
+process.once('SIGINT', stop);
+process.once('SIGTERM', stop);
+
+let exitCode = 0;
+let connection;
+try {
+  connection = await connectOperator(config, logger);
+  const result = await rebuildReadModel({
+    connectionString: connection.databaseUrl,
+    store: connection.store,
+    logger,
+    batchSize,
+    estimateTotal: connection.estimateTotal,
+    onProgress: (progress) => printer.update(progress),
+    signal: abort.signal,
+  });
+  printer.interrupt();
+  process.stdout.write(
+    `rebuilt ${result.tables.join(', ')} from ${integer.format(result.events)} events in ${(result.elapsedMs / 1000).toFixed(1)} s ` +
+      `(${integer.format(result.eventsPerSecond)} events/s); checkpoint ${encodePosition(result.previousPosition)} -> ` +
+      `${encodePosition(result.position)}; ${result.pendingCascades} cascade(s) still to do\n`,
+  );
+} catch (error) {
+  printer.interrupt();
+  process.stderr.write(`rebuild failed: ${error instanceof Error ? error.message : String(error)}\n`);
+  exitCode = error instanceof RebuildAborted ? 130 : 1;
+} finally {
+  await connection?.close().catch(() => undefined);
+}
+process.exit(exitCode);

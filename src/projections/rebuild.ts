@@ -1,0 +1,778 @@
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { ConfigError, parseConfig, type Config } from '../config.js';
+import { EventStoreDBEventStore } from '../eventstore/eventstoredb.js';
+import { comparePositions, startOfLog, type EventStore, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
+import { PostgresEventStore } from '../eventstore/postgres.js';
+import { streamPrefixes } from '../eventstore/stream-names.js';
+import { startEmbeddedPostgres } from '../infra/embedded-postgres.js';
+import { migrate } from '../infra/migrate.js';
+import { createPool, PgListener, type Pool } from '../infra/postgres.js';
+import type { Envelope } from '../write/events.js';
+import { upcast } from '../write/upcast.js';
+import { applyBatch, rowsNeeded, type BatchChanges, type CountDelta, type LoadedRows, type RowsNeeded } from './batch.js';
+import { encodePosition, progressChannel } from './progress.js';
+import { readModelSchema } from './schema.js';
+import type { SolutionRow } from './solutions-table.js';
+import { advanceCheckpoint, loadRows, projectorName, writeChanges } from './tables.js';
+import type { WorkspaceRow } from './workspaces-table.js';
+
+/**
+ * Rebuilds every read table from the event log while the service keeps running.
+ *
+ * 1. A fresh schema `read_rebuild_<time>` gets the read tables (readModelSchema with search_path
+ *    set to it); the table code in tables.ts uses unqualified names, so the projector's own batch
+ *    code writes there.
+ * 2. Every event is projected into it in large batches (one transaction each, with its checkpoint
+ *    in that schema), the next batch read while the current one is written. The live tables keep
+ *    answering and the live projector keeps running meanwhile.
+ * 3. Close to the head, one transaction switches over: it locks the live tables (readers and the
+ *    live projector wait a moment), applies the rest of the log up to the head, drops the live
+ *    tables, moves the new ones into `public`, sets the live checkpoint to where the rebuild got
+ *    (never behind the old one) and announces it on the progress channel. The live projector's
+ *    next checkpoint move then fails (it was not at the position that projector read) and it
+ *    restarts from the new checkpoint; commands waiting for their position are released by the
+ *    announcement.
+ *
+ * Not swapped: `cascade_pending`, the cascade worker's to-do list, stays; the cascades the rebuild
+ * found still to do (no SolutionDeleted in the log yet) are added to it. `projection_checkpoints`
+ * stays too (other projectors may keep theirs there); only this projector's row is set.
+ */
+
+/** Key of the session advisory lock that keeps two rebuilds from running at once. */
+const rebuildLockKey = 7_720_411_904;
+const schemaPrefix = 'read_rebuild_';
+/** Tables of the rebuild schema that are not moved into `public`. */
+const keptLive = new Set(['cascade_pending', 'projection_checkpoints']);
+/** Lock order of the live tables; any others (added later to readModelSchema) follow by name. */
+const lockOrder = ['workspaces', 'solutions', 'organization_counts', 'workspace_solution_counts'];
+
+export type RebuildProgress = {
+  phase: 'copying' | 'switching' | 'done';
+  /** Events read from the log so far (all of them, also those of streams the projection ignores). */
+  done: number;
+  /** An estimate of the log's length, when the store can give one; never below `done`. */
+  total: number | undefined;
+  elapsedMs: number;
+};
+
+export type RebuildOptions = {
+  connectionString: string;
+  store: EventStore;
+  logger: Logger;
+  /** Events per batch (one transaction each). */
+  batchSize?: number;
+  /** An estimate of the number of events in the log, for progress; undefined when unknown. */
+  estimateTotal?: () => Promise<number | undefined>;
+  onProgress?: (progress: RebuildProgress) => void;
+  /** Stops the rebuild between batches; the live tables stay as they were. */
+  signal?: AbortSignal;
+  /** Called each time the rebuild has caught up, just before it tries to switch over (tests). */
+  beforeSwitch?: () => Promise<void>;
+  /**
+   * Rows kept in memory between batches (default 250,000), so that most batches read none from
+   * the tables; those not kept are read back. Only the rebuild writes its tables, so a kept row
+   * is always current.
+   */
+  cachedRows?: number;
+  /** How many times to try taking the live tables' locks before giving up (default 200). */
+  maxSwitchAttempts?: number;
+};
+
+export type RebuildResult = {
+  schema: string;
+  /** Events read from the log. */
+  events: number;
+  /** The live checkpoint before the switch and the one the rebuilt tables are at. */
+  previousPosition: GlobalPosition;
+  position: GlobalPosition;
+  /** Tables moved into `public`. */
+  tables: string[];
+  /** Cascades still to do that were added to cascade_pending. */
+  pendingCascades: number;
+  switchAttempts: number;
+  elapsedMs: number;
+  eventsPerSecond: number;
+};
+
+export class RebuildAborted extends Error {
+  constructor() {
+    super('the rebuild was stopped; the live tables are unchanged');
+    this.name = 'RebuildAborted';
+  }
+}
+
+const ourStream = (streamName: string) =>
+  streamName.startsWith(streamPrefixes.workspace) || streamName.startsWith(streamPrefixes.solution);
+
+const quote = (identifier: string) => pg.escapeIdentifier(identifier);
+
+function schemaNameFor(date: Date): string {
+  const stamp = date.toISOString().replace(/[-:TZ.]/g, '').slice(0, 17); // yyyymmddhhmmssSSS
+  return `${schemaPrefix}${stamp}`;
+}
+
+export async function rebuildReadModel(options: RebuildOptions): Promise<RebuildResult> {
+  const { store, logger, signal } = options;
+  const batchSize = options.batchSize ?? 10_000;
+  const started = performance.now();
+  const connect = async () => {
+    const client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 10_000 });
+    client.on('error', (error) => logger.warn({ err: error.message }, 'rebuild connection lost'));
+    await client.connect();
+    // Parallel workers would take the cores the service and the rebuild's own pipeline use, for
+    // scans of a few thousand rows by key; and the tables being built are in memory.
+    await client.query('SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off');
+    return client;
+  };
+  // The writer applies batches (and does the switch); the loader reads the rows of the next batch
+  // meanwhile, so that both of PostgreSQL's and Node's work overlap.
+  const writer = await connect();
+  let loader: pg.Client | undefined;
+
+  const schema = schemaNameFor(new Date());
+  let schemaCreated = false;
+  try {
+    const { rows } = await writer.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [rebuildLockKey]);
+    if (!rows[0]?.locked) throw new Error('another rebuild is running on this database');
+    await dropStaleSchemas(writer, logger);
+
+    // A rebuild that dies half-way is thrown away, so its commits need not wait for the disk.
+    await writer.query('SET synchronous_commit = off');
+    await writer.query(`CREATE SCHEMA ${quote(schema)}`);
+    schemaCreated = true;
+    await writer.query(`SET search_path TO ${quote(schema)}`);
+    await writer.query(readModelSchema);
+    const tables = await swappedTables(writer, schema);
+    const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema);
+    logger.info({ schema, tables, deferredIndexes: deferredIndexes.map((index) => index.name) }, 'rebuild schema created');
+    loader = await connect();
+    await loader.query(`SET search_path TO ${quote(schema)}`);
+
+    let total = await options.estimateTotal?.().catch(() => undefined);
+    const state: CopyState = { position: startOfLog, done: 0, batches: 0, cascades: new Map() };
+    const report = (phase: RebuildProgress['phase']) =>
+      options.onProgress?.({
+        phase,
+        done: state.done,
+        total: total === undefined ? undefined : Math.max(total, state.done),
+        elapsedMs: performance.now() - started,
+      });
+    report('copying');
+
+    const cache = new RowCache(options.cachedRows ?? 250_000);
+    const copy = () => catchUp(writer, loader!, cache, store, state, batchSize, signal, () => report('copying'));
+    await copy();
+    // Indexes only the readers need are built once, over the bulk of the rows, then kept up.
+    for (const index of deferredIndexes) await writer.query(index.definition);
+    for (const table of tables) await writer.query(`ANALYZE ${quote(table)}`);
+    await copy();
+
+    const maxAttempts = options.maxSwitchAttempts ?? 200;
+    const lockTimeoutMs = await lockTimeoutFor(writer);
+    for (let attempt = 1; ; attempt++) {
+      if (signal?.aborted) throw new RebuildAborted();
+      await options.beforeSwitch?.();
+      report('switching');
+      const switched = await trySwitch(writer, store, schema, tables, state, batchSize, lockTimeoutMs, logger);
+      if (switched) {
+        await writer.query('RESET search_path');
+        await writer.query(`DROP SCHEMA IF EXISTS ${quote(schema)} CASCADE`);
+        schemaCreated = false;
+        total = state.done;
+        report('done');
+        const elapsedMs = performance.now() - started;
+        const result: RebuildResult = {
+          schema,
+          events: state.done,
+          previousPosition: switched.previous,
+          position: state.position,
+          tables,
+          pendingCascades: switched.pendingCascades,
+          switchAttempts: attempt,
+          elapsedMs,
+          eventsPerSecond: elapsedMs > 0 ? (state.done / elapsedMs) * 1000 : 0,
+        };
+        logger.info(
+          { ...result, previousPosition: encodePosition(result.previousPosition), position: encodePosition(result.position) },
+          'read tables rebuilt and switched over',
+        );
+        return result;
+      }
+      if (attempt >= maxAttempts) {
+        throw new Error(`could not lock the live read tables in ${attempt} attempts; the live tables are unchanged`);
+      }
+      logger.debug({ attempt }, 'live read tables busy; catching up and trying again');
+      // Readers and the live projector get their turn; then catch up with what was appended meanwhile.
+      await sleep(20 + Math.random() * 80 * Math.min(attempt, 5));
+      await copy();
+    }
+  } catch (error) {
+    await writer.query('ROLLBACK').catch(() => undefined);
+    if (schemaCreated) {
+      await writer.query('RESET search_path').catch(() => undefined);
+      await writer.query(`DROP SCHEMA IF EXISTS ${quote(schema)} CASCADE`).catch(() => undefined);
+    }
+    throw error;
+  } finally {
+    await loader?.end().catch(() => undefined);
+    await writer.query('SELECT pg_advisory_unlock($1)', [rebuildLockKey]).catch(() => undefined);
+    await writer.end().catch(() => undefined);
+  }
+}
+
+type CopyState = {
+  position: GlobalPosition;
+  done: number;
+  batches: number;
+  /**
+   * Solutions hidden with their workspace whose own SolutionDeleted is not in the log yet (the
+   * cascade worker's to-do list as the log stands), by solution id, with their workspace id.
+   */
+  cascades: Map<string, string>;
+};
+
+/** Schemas left by a rebuild that died; only called while holding the rebuild lock. */
+async function dropStaleSchemas(client: pg.Client, logger: Logger): Promise<void> {
+  const { rows } = await client.query<{ name: string }>(
+    `SELECT nspname AS name FROM pg_namespace WHERE starts_with(nspname, $1)`,
+    [schemaPrefix],
+  );
+  for (const { name } of rows) {
+    logger.warn({ schema: name }, 'dropping the schema of an earlier rebuild that did not finish');
+    await client.query(`DROP SCHEMA ${quote(name)} CASCADE`);
+  }
+}
+
+async function swappedTables(client: pg.Client, schema: string): Promise<string[]> {
+  const { rows } = await client.query<{ name: string }>('SELECT tablename AS name FROM pg_tables WHERE schemaname = $1', [schema]);
+  const names = rows.map((row) => row.name).filter((name) => !keptLive.has(name));
+  const rank = (name: string) => (lockOrder.includes(name) ? lockOrder.indexOf(name) : lockOrder.length);
+  return names.sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
+}
+
+/**
+ * Drops the indexes the projector does not read through (only readers do) and returns their
+ * definitions to build after the bulk copy: maintaining them row by row costs a third of the
+ * writes. Kept: unique ones (primary keys) and those on `workspace_id` (a workspace's deletion
+ * loads its solutions by it).
+ */
+async function dropIndexesNotNeededToLoad(client: pg.Client, schema: string): Promise<{ name: string; definition: string }[]> {
+  const { rows } = await client.query<{ name: string; definition: string }>(
+    `SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition
+     FROM pg_index i
+     JOIN pg_class c ON c.oid = i.indexrelid
+     JOIN pg_namespace n ON n.oid = c.relnamespace
+     JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+     WHERE n.nspname = $1 AND NOT i.indisunique AND a.attname <> 'workspace_id'`,
+    [schema],
+  );
+  for (const index of rows) await client.query(`DROP INDEX ${quote(schema)}.${quote(index.name)}`);
+  return rows;
+}
+
+/**
+ * How long the switch waits for each live table's lock. While it waits, readers queue behind it,
+ * and it already holds the tables before; keeping every wait well under deadlock_timeout means
+ * a reader never finds a lock cycle with it: the switch gives up, rolls back and tries again.
+ */
+async function lockTimeoutFor(client: pg.Client): Promise<number> {
+  const { rows } = await client.query<{ ms: string }>(`SELECT setting AS ms FROM pg_settings WHERE name = 'deadlock_timeout'`);
+  const deadlockTimeoutMs = Number(rows[0]?.ms ?? 1000);
+  return Math.max(10, Math.min(100, Math.floor(deadlockTimeoutMs / (lockOrder.length + 4))));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The copy: a pipeline of three steps on three connections. While the writer writes batch k,
+// the loader reads the rows batch k+1 needs (their state in the tables, overlaid with batch k's
+// changes, which may or may not be committed yet) and the store reads batch k+2.
+
+/** What one batch does, written by `writeBatch` and taken into CopyState by `commit`. */
+type Batch = {
+  from: GlobalPosition;
+  to: GlobalPosition;
+  events: number;
+  changes: BatchChanges;
+  /** Ids of the solutions this batch deletes with their own event. */
+  solutionsDeleted: string[];
+  created: Set<string>;
+};
+
+/** Reads and applies batches, each in its own transaction, until a batch comes back short. */
+async function catchUp(
+  writer: pg.Client,
+  loader: pg.Client,
+  cache: RowCache,
+  store: EventStore,
+  state: CopyState,
+  batchSize: number,
+  signal: AbortSignal | undefined,
+  progress: () => void,
+): Promise<void> {
+  let reading = store.readAll(state.position, batchSize);
+  let writing: { batch: Batch; done: Promise<void> } | undefined;
+  const settle = async () => {
+    if (!writing) return;
+    await writing.done;
+    commit(state, writing.batch);
+    writing = undefined;
+    progress();
+    if (isPowerOfTwo(state.batches)) await analyze(writer);
+  };
+  try {
+    let from = state.position;
+    for (;;) {
+      if (signal?.aborted) throw new RebuildAborted();
+      const G = ((globalThis as any).G ??= {w:0,wait:0,read:0,load:0,fold:0}); let g0 = performance.now();
+      const events = await reading; G.read += performance.now() - g0; g0 = performance.now();
+      if (events.length === 0) break;
+      const to = events[events.length - 1]!.position;
+      const full = events.length >= batchSize;
+      reading = full ? store.readAll(to, batchSize) : Promise.resolve([]);
+      reading.catch(() => undefined);
+
+      const envelopes = domainEvents(events);
+      const loaded = await cache.load(loader, envelopes, writing?.batch.changes); G.load += performance.now() - g0; g0 = performance.now();
+      const batch = await foldBatch(from, to, events.length, envelopes, loaded);
+      cache.remember(batch.changes, loaded); G.fold += performance.now() - g0; g0 = performance.now();
+      await settle(); G.wait += performance.now() - g0;
+      const ws0 = performance.now(); writing = { batch, done: inTransaction(writer, () => writeBatch(writer, batch)).then(() => { G.w += performance.now() - ws0; }) };
+      writing.done.catch(() => undefined);
+      from = to;
+      if (!full) break;
+    }
+    await settle();
+  } finally {
+    // On an error, let the batch in flight finish (or fail) before the caller rolls back.
+    await writing?.done.catch(() => undefined);
+  }
+}
+
+const isPowerOfTwo = (n: number) => n > 0 && (n & (n - 1)) === 0;
+
+/** Fresh statistics while the tables grow from nothing, so that loading keeps using the indexes. */
+async function analyze(client: pg.Client): Promise<void> {
+  await client.query('ANALYZE workspaces');
+  await client.query('ANALYZE solutions');
+}
+
+async function inTransaction(client: pg.Client, work: () => Promise<void>): Promise<void> {
+  await client.query('BEGIN');
+  try {
+    await work();
+    await client.query('COMMIT');
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  }
+}
+
+function domainEvents(events: RecordedEvent[]): Envelope[] {
+  const envelopes: Envelope[] = [];
+  for (const event of events) if (ourStream(event.streamName)) envelopes.push(upcast(event));
+  return envelopes;
+}
+
+/** Writes a batch's changes and moves the (rebuild schema's) checkpoint, in the caller's transaction. */
+async function writeBatch(client: pg.Client, batch: Batch): Promise<void> {
+  // Cascades are kept in memory and handed to the live cascade_pending at the switch.
+  if (process.env.SPLIT) {
+    const { changes } = batch;
+    await writeChanges(client, { ...changes, upsertWorkspaces: changes.upsertWorkspaces.filter((r) => !batch.created.has(r.id)), upsertSolutions: changes.upsertSolutions.filter((r) => !batch.created.has(r.id)), pendingCascades: [] });
+    const nw = changes.upsertWorkspaces.filter((r) => batch.created.has(r.id));
+    const ns = changes.upsertSolutions.filter((r) => batch.created.has(r.id));
+    if (nw.length) await client.query('INSERT INTO workspaces SELECT * FROM json_populate_recordset(null::workspaces, $1::json)', [JSON.stringify(nw)]);
+    if (ns.length) await client.query('INSERT INTO solutions SELECT * FROM json_populate_recordset(null::solutions, $1::json)', [JSON.stringify(ns)]);
+  } else
+  await writeChanges(client, { ...batch.changes, pendingCascades: [] });
+  if (!(await advanceCheckpoint(client, batch.from, batch.to))) {
+    throw new Error('the rebuild checkpoint moved under the rebuild; is another rebuild writing to its schema?');
+  }
+}
+
+/**
+ * Takes over a written batch once it is committed. A cascade listed in a batch is always listed
+ * before that solution's own SolutionDeleted (it is hidden while still active, or created after
+ * its workspace was deleted), so adding before removing is right within a batch too.
+ */
+function commit(state: CopyState, batch: Batch): void {
+  for (const c of batch.changes.pendingCascades) state.cascades.set(c.solution_id, c.workspace_id);
+  for (const solutionId of batch.solutionsDeleted) state.cascades.delete(solutionId);
+  state.position = batch.to;
+  state.done += batch.events;
+  state.batches += 1;
+}
+
+/**
+ * The rows a batch needs. Rows the rebuild wrote or read lately are kept in memory (most recently
+ * used last, the oldest forgotten beyond `capacity`); the others are read from the tables, where
+ * the batch being written meanwhile (`pending`, committed or not yet) is overlaid: for the rows it
+ * touched, its result is the truth. A record created in the batch itself is not looked for, and
+ * the solutions of a workspace deleted in it are always read from the tables (the cache cannot
+ * know it holds all of them), with the kept copies preferred.
+ */
+class RowCache {
+  private readonly workspaces = new Map<string, WorkspaceRow>();
+  private readonly solutions = new Map<string, SolutionRow>();
+
+  constructor(private readonly capacity: number) {}
+
+  async load(loader: pg.Client, envelopes: Envelope[], pending: BatchChanges | undefined): Promise<LoadedRows> {
+    const needed = rowsNeeded(envelopes);
+    const created = createdInBatch(envelopes);
+    const loaded: LoadedRows = { workspaces: new Map(), solutions: new Map() };
+    const missing: RowsNeeded = { workspaceIds: [], solutionIds: [], workspacesDeleted: needed.workspacesDeleted };
+    for (const id of needed.workspaceIds) {
+      const row = this.workspaces.get(id);
+      if (row) loaded.workspaces.set(id, row);
+      else if (!created.has(id)) missing.workspaceIds.push(id);
+    }
+    for (const id of needed.solutionIds) {
+      const row = this.solutions.get(id);
+      if (row) loaded.solutions.set(id, row);
+      else if (!created.has(id)) missing.solutionIds.push(id);
+    }
+    if (missing.workspaceIds.length + missing.solutionIds.length + missing.workspacesDeleted.length === 0) return loaded;
+    const read = withOverlay(await loadRows(loader, missing), missing, pending);
+    for (const [id, row] of read.workspaces) if (!loaded.workspaces.has(id)) loaded.workspaces.set(id, row);
+    for (const [id, row] of read.solutions) {
+      if (!loaded.solutions.has(id)) loaded.solutions.set(id, this.solutions.get(id) ?? row);
+    }
+    return loaded;
+  }
+
+  /** Keeps what a batch left (the rows it changed and those it read), forgets what it deleted. */
+  remember(changes: BatchChanges, loaded: LoadedRows): void {
+    for (const row of loaded.workspaces.values()) this.keep(this.workspaces, row);
+    for (const row of loaded.solutions.values()) this.keep(this.solutions, row);
+    for (const row of changes.upsertWorkspaces) this.keep(this.workspaces, row);
+    for (const row of changes.upsertSolutions) this.keep(this.solutions, row);
+    for (const id of changes.deleteWorkspaces) this.workspaces.delete(id);
+    for (const id of changes.deleteSolutions) this.solutions.delete(id);
+    // Solutions hidden by a workspace deletion before they were ever kept do not matter here.
+    this.evict(this.workspaces, Math.floor(this.capacity / 3));
+    this.evict(this.solutions, this.capacity - Math.floor(this.capacity / 3));
+  }
+
+  private keep<Row extends { id: string }>(rows: Map<string, Row>, row: Row): void {
+    rows.delete(row.id);
+    rows.set(row.id, row);
+  }
+
+  private evict<Row>(rows: Map<string, Row>, max: number): void {
+    if (rows.size <= max) return;
+    for (const id of rows.keys()) {
+      rows.delete(id);
+      if (rows.size <= max) return;
+    }
+  }
+}
+
+/** Ids whose first event in the batch creates them: they cannot be in the tables before it. */
+function createdInBatch(envelopes: Envelope[]): Set<string> {
+  const seen = new Set<string>();
+  const created = new Set<string>();
+  for (const event of envelopes) {
+    const id = event.data.id;
+    if (seen.has(id)) continue;
+    seen.add(id);
+    if (event.type === 'WorkspaceCreated' || event.type === 'SolutionCreated') created.add(id);
+  }
+  return created;
+}
+
+/** The rows read from the tables as they are once `pending` (a batch being written) is applied. */
+function withOverlay(loaded: LoadedRows, needed: RowsNeeded, pending: BatchChanges | undefined): LoadedRows {
+  if (!pending) return loaded;
+  const workspaces = new Map(loaded.workspaces);
+  const wantedWorkspaces = new Set(needed.workspaceIds);
+  for (const id of pending.deleteWorkspaces) workspaces.delete(id);
+  for (const row of pending.upsertWorkspaces) if (wantedWorkspaces.has(row.id)) workspaces.set(row.id, row);
+
+  const solutions = new Map(loaded.solutions);
+  const wantedSolutions = new Set(needed.solutionIds);
+  const wantedParents = new Set(needed.workspacesDeleted);
+  for (const id of pending.deleteSolutions) solutions.delete(id);
+  for (const row of pending.upsertSolutions) {
+    if (wantedSolutions.has(row.id) || wantedParents.has(row.workspace_id)) solutions.set(row.id, row);
+  }
+  return { workspaces, solutions };
+}
+
+/** Events per call of applyBatch: it scans a batch's solutions for each workspace deletion. */
+const foldChunk = 1000;
+
+/**
+ * applyBatch over a whole batch, in chunks over the rows each chunk touches, with the changes
+ * combined into one set for the batch: the same result as one call, without one call's cost
+ * growing with the square of the batch.
+ */
+async function foldBatch(
+  from: GlobalPosition,
+  to: GlobalPosition,
+  count: number,
+  envelopes: Envelope[],
+  loaded: LoadedRows,
+): Promise<Batch> {
+  const workspaces = new Map<string, WorkspaceRow | null>(loaded.workspaces);
+  const solutions = new Map<string, SolutionRow | null>(loaded.solutions);
+  const solutionsOf = new Map<string, Set<string>>();
+  const index = (row: SolutionRow) => {
+    let ids = solutionsOf.get(row.workspace_id);
+    if (!ids) solutionsOf.set(row.workspace_id, (ids = new Set()));
+    ids.add(row.id);
+  };
+  for (const row of loaded.solutions.values()) index(row);
+
+  const organizationDeltas = new Map<string, CountDelta>();
+  const workspaceSolutionDeltas = new Map<string, number>();
+  const workspacesDeleted: string[] = [];
+  const pendingCascades: BatchChanges['pendingCascades'] = [];
+  const solutionsDeleted: string[] = [];
+
+  for (let start = 0; start < envelopes.length; start += foldChunk) {
+    // Lets the writer's next statement go out between chunks rather than after the whole fold.
+    if (start > 0) await new Promise((resolve) => setImmediate(resolve));
+    const chunk = envelopes.slice(start, start + foldChunk);
+    const needed = rowsNeeded(chunk);
+    const chunkRows: LoadedRows = { workspaces: new Map(), solutions: new Map() };
+    for (const id of needed.workspaceIds) {
+      const row = workspaces.get(id);
+      if (row) chunkRows.workspaces.set(id, row);
+    }
+    for (const id of needed.solutionIds) {
+      const row = solutions.get(id);
+      if (row) chunkRows.solutions.set(id, row);
+    }
+    for (const workspaceId of needed.workspacesDeleted) {
+      for (const id of solutionsOf.get(workspaceId) ?? []) {
+        const row = solutions.get(id);
+        if (row) chunkRows.solutions.set(id, row);
+      }
+    }
+    const changes = applyBatch(chunk, chunkRows);
+    for (const row of changes.upsertWorkspaces) workspaces.set(row.id, row);
+    for (const id of changes.deleteWorkspaces) workspaces.set(id, null);
+    for (const row of changes.upsertSolutions) {
+      solutions.set(row.id, row);
+      index(row);
+    }
+    for (const id of changes.deleteSolutions) {
+      const row = solutions.get(id);
+      if (row) solutionsOf.get(row.workspace_id)?.delete(id);
+      solutions.set(id, null);
+    }
+    for (const [organizationId, delta] of changes.organizationDeltas) {
+      const sum = organizationDeltas.get(organizationId) ?? { workspaces: 0, solutions: 0 };
+      sum.workspaces += delta.workspaces;
+      sum.solutions += delta.solutions;
+      organizationDeltas.set(organizationId, sum);
+    }
+    for (const [workspaceId, delta] of changes.workspaceSolutionDeltas) {
+      workspaceSolutionDeltas.set(workspaceId, (workspaceSolutionDeltas.get(workspaceId) ?? 0) + delta);
+    }
+    workspacesDeleted.push(...changes.workspacesDeleted);
+    pendingCascades.push(...changes.pendingCascades);
+  }
+  for (const event of envelopes) if (event.type === 'SolutionDeleted') solutionsDeleted.push(event.data.id);
+
+  const changes: BatchChanges = {
+    upsertWorkspaces: [],
+    deleteWorkspaces: [],
+    upsertSolutions: [],
+    deleteSolutions: [],
+    organizationDeltas,
+    workspaceSolutionDeltas,
+    workspacesDeleted,
+    pendingCascades,
+  };
+  for (const [id, after] of workspaces) {
+    const before = loaded.workspaces.get(id) ?? null;
+    if (after === before) continue;
+    if (after) changes.upsertWorkspaces.push(after);
+    else if (before) changes.deleteWorkspaces.push(id);
+  }
+  for (const [id, after] of solutions) {
+    const before = loaded.solutions.get(id) ?? null;
+    if (after === before) continue;
+    if (after) changes.upsertSolutions.push(after);
+    else if (before) changes.deleteSolutions.push(id);
+  }
+  const created = new Set<string>();
+  for (const row of changes.upsertWorkspaces) if (!loaded.workspaces.has(row.id)) created.add(row.id);
+  for (const row of changes.upsertSolutions) if (!loaded.solutions.has(row.id)) created.add(row.id);
+  return { from, to, events: count, changes, solutionsDeleted, created };
+}
+
+const lockNotAvailable = new Set(['55P03', '40P01']);
+
+/**
+ * The switch, in one transaction. Undefined when the live tables could not be locked in time
+ * (nothing changed then); the caller catches up and tries again.
+ */
+async function trySwitch(
+  client: pg.Client,
+  store: EventStore,
+  schema: string,
+  tables: string[],
+  state: CopyState,
+  batchSize: number,
+  lockTimeoutMs: number,
+  logger: Logger,
+): Promise<{ previous: GlobalPosition; pendingCascades: number } | undefined> {
+  // Batches applied inside this transaction count only once it commits.
+  const tentative: CopyState = { ...state, cascades: new Map(state.cascades) };
+  await client.query('BEGIN');
+  try {
+    const live = await liveTables(client, tables);
+    await client.query(`SET LOCAL lock_timeout = ${lockTimeoutMs}`);
+    try {
+      if (live.length > 0) {
+        await client.query(`LOCK TABLE ${live.map((t) => `public.${quote(t)}`).join(', ')} IN ACCESS EXCLUSIVE MODE`);
+      }
+      // Blocks the live projector's checkpoint move (and so its commit), not the readers of it.
+      await client.query('LOCK TABLE public.projection_checkpoints IN EXCLUSIVE MODE');
+    } catch (error) {
+      if (!lockNotAvailable.has((error as { code?: string }).code ?? '')) throw error;
+      await client.query('ROLLBACK');
+      return undefined;
+    }
+    // Holding everything: later statements wait only for rows of cascade_pending, never long.
+    await client.query(`SET LOCAL lock_timeout = '30s'`);
+    const previous = await liveCheckpoint(client);
+
+    // The rest of the log, up to the head as it stands with the live projector held (what is
+    // appended meanwhile is the live projector's once it restarts from the new checkpoint).
+    for (;;) {
+      const events = await store.readAll(tentative.position, batchSize);
+      if (events.length > 0) {
+        const envelopes = domainEvents(events);
+        const loaded = await loadRows(client, rowsNeeded(envelopes));
+        const batch = await foldBatch(tentative.position, events[events.length - 1]!.position, events.length, envelopes, loaded);
+        await writeBatch(client, batch);
+        commit(tentative, batch);
+      }
+      if (events.length < batchSize) break;
+    }
+    if (comparePositions(tentative.position, previous) < 0) {
+      throw new Error(
+        `the rebuild reached ${encodePosition(tentative.position)}, behind the live checkpoint ${encodePosition(previous)}; not switching`,
+      );
+    }
+
+    if (live.length > 0) await client.query(`DROP TABLE ${live.map((t) => `public.${quote(t)}`).join(', ')}`);
+    for (const table of tables) await client.query(`ALTER TABLE ${quote(schema)}.${quote(table)} SET SCHEMA public`);
+    await client.query(
+      `INSERT INTO public.projection_checkpoints (name, commit_position, prepare_position) VALUES ($1, $2, $3)
+       ON CONFLICT (name) DO UPDATE SET commit_position = excluded.commit_position, prepare_position = excluded.prepare_position`,
+      [projectorName, tentative.position.commit.toString(), tentative.position.prepare.toString()],
+    );
+    const cascades = [...tentative.cascades].map(([solution_id, workspace_id]) => ({ solution_id, workspace_id }));
+    if (cascades.length > 0) {
+      await client.query(
+        `INSERT INTO public.cascade_pending (solution_id, workspace_id)
+         SELECT solution_id, workspace_id FROM jsonb_to_recordset($1::jsonb) AS r(solution_id text, workspace_id text)
+         ON CONFLICT DO NOTHING`,
+        [JSON.stringify(cascades)],
+      );
+    }
+    // Wakes every instance's read-your-writes waiters; delivered at commit.
+    await client.query('SELECT pg_notify($1, $2)', [progressChannel, encodePosition(tentative.position)]);
+    await client.query('COMMIT');
+    Object.assign(state, tentative);
+    logger.debug({ previous: encodePosition(previous), position: encodePosition(state.position) }, 'switched over');
+    return { previous, pendingCascades: cascades.length };
+  } catch (error) {
+    await client.query('ROLLBACK').catch(() => undefined);
+    throw error;
+  }
+}
+
+/** Those of the tables that exist in `public` (all of them once migrated). */
+async function liveTables(client: pg.Client, tables: string[]): Promise<string[]> {
+  const { rows } = await client.query<{ name: string }>(
+    `SELECT tablename AS name FROM pg_tables WHERE schemaname = 'public' AND tablename = ANY($1)`,
+    [tables],
+  );
+  const present = new Set(rows.map((row) => row.name));
+  return tables.filter((table) => present.has(table));
+}
+
+async function liveCheckpoint(client: pg.Client): Promise<GlobalPosition> {
+  const { rows } = await client.query<{ commit_position: string; prepare_position: string }>(
+    'SELECT commit_position, prepare_position FROM public.projection_checkpoints WHERE name = $1',
+    [projectorName],
+  );
+  const row = rows[0];
+  return row ? { commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) } : startOfLog;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---------------------------------------------------------------------------------------------
+// Wiring shared by the operator tools (projections:rebuild, projections:verify, history).
+
+/**
+ * The service's configuration for a tool: as parseConfig reads it, except that no token settings
+ * are needed (the tools verify no tokens), so DATABASE_URL alone is enough.
+ */
+export function parseOperatorConfig(environment: NodeJS.ProcessEnv = process.env): Config {
+  const needsPlaceholder = environment.DATABASE_URL && !environment.AUTH_JWT_SECRET && !environment.AUTH_JWKS_URL;
+  return parseConfig(needsPlaceholder ? { ...environment, AUTH_JWT_SECRET: 'x'.repeat(32) } : environment);
+}
+
+export { ConfigError };
+
+export type OperatorConnection = {
+  databaseUrl: string;
+  pool: Pool;
+  store: EventStore;
+  /** The number of events in the log, when the store can tell cheaply. */
+  estimateTotal: () => Promise<number | undefined>;
+  close: () => Promise<void>;
+};
+
+/**
+ * The read database and the event store as src/runtime.ts wires them: DATABASE_URL or the
+ * embedded PostgreSQL on DATA_DIR (shared with a service running on it, and left running then),
+ * and the PostgreSQL event store or EventStoreDB when EVENTSTORE_URL is set.
+ */
+export async function connectOperator(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<OperatorConnection> {
+  const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir, logger);
+  const databaseUrl = config.databaseUrl ?? embedded!.url;
+  try {
+    const pool = createPool(databaseUrl, logger, 6);
+    // The PostgreSQL store listens only to wake waiting projectors; the tools never wait, so the
+    // listener is never started.
+    const listener = new PgListener(databaseUrl, logger);
+    try {
+      if (options.migrate ?? true) await migrate(pool, { eventStore: !config.eventStoreUrl });
+    } catch (error) {
+      await pool.end();
+      throw error;
+    }
+    const store: EventStore = config.eventStoreUrl
+      ? new EventStoreDBEventStore(config.eventStoreUrl, { logger: logger.child({ component: 'eventstoredb' }), readTimeoutMs: 60_000 })
+      : new PostgresEventStore(pool, listener);
+    const estimateTotal = async (): Promise<number | undefined> => {
+      if (config.eventStoreUrl) return undefined;
+      const { rows } = await pool.query<{ count: string }>('SELECT count(*) AS count FROM es_events');
+      return Number(rows[0]?.count ?? 0);
+    };
+    return {
+      databaseUrl,
+      pool,
+      store,
+      estimateTotal,
+      close: async () => {
+        await store.close();
+        await listener.close();
+        await pool.end();
+        await embedded?.stop();
+      },
+    };
+  } catch (error) {
+    await embedded?.stop();
+    throw error;
+  }
+}

@@ -1,0 +1,77 @@
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { EventStoreUnavailable, type EventStore } from '../../../src/eventstore/port.js';
+import { solutionStream, workspaceStream } from '../../../src/eventstore/stream-names.js';
+import { CascadeWorker } from '../../../src/write/cascade.js';
+import { decideSolution } from '../../../src/write/solution.js';
+import { decideWorkspace, initialWorkspaceState } from '../../../src/write/workspace.js';
+import { eventually, silentLogger, startStack, type Stack } from '../../support/stack.js';
+
+const context = (now: string) => ({ actor: 'alice', requestId: randomUUID(), now });
+const stored = (events: { type: string; data: unknown; metadata: unknown }[]) =>
+  events.map((event) => ({ id: randomUUID(), type: event.type, data: event.data, metadata: event.metadata }));
+
+/** A store whose first `failures` appends fail as if the store were unreachable. */
+function flakyStore(store: EventStore, failures: number): EventStore {
+  let left = failures;
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      if (property === 'append') {
+        return (...args: Parameters<EventStore['append']>) => {
+          if (left-- > 0) return Promise.reject(new EventStoreUnavailable('injected failure'));
+          return target.append(...args);
+        };
+      }
+      return Reflect.get(target, property, receiver);
+    },
+  });
+}
+
+describe('cascade worker', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+    stack.runner().start();
+  });
+  afterAll(() => stack?.close());
+
+  it('retries a failed cascade until every solution has its own deletion, with the deleting actor', async () => {
+    const workspaceId = 'ws_cascade1';
+    const [created] = decideWorkspace(
+      { type: 'CreateWorkspace', id: workspaceId, organizationId: 'org_c', name: 'w', context: context('2026-01-01T00:00:00.000000Z') },
+      initialWorkspaceState,
+    );
+    await stack.store.append(workspaceStream(workspaceId), 0n, stored([created!]));
+    const solutionIds = ['sol_c1', 'sol_c2', 'sol_c3'];
+    for (const id of solutionIds) {
+      const events = decideSolution(
+        { type: 'CreateSolution', id, workspace: { id: workspaceId, organization_id: 'org_c' }, name: id, context: context('2026-01-01T00:00:01.000000Z') },
+        { status: 'absent' },
+      );
+      await stack.store.append(solutionStream(id), 0n, stored(events));
+    }
+    const deleted = decideWorkspace(
+      { type: 'DeleteWorkspace', id: workspaceId, context: { actor: 'bob', requestId: 'req-delete', now: '2026-01-01T00:00:02.000000Z' } },
+      { status: 'active', workspace: { id: workspaceId, organization_id: 'org_c', name: 'w', description: '', attributes: {}, created_at: '2026-01-01T00:00:00.000000Z', updated_at: '2026-01-01T00:00:00.000000Z' } },
+    );
+    const { position } = await stack.store.append(workspaceStream(workspaceId), 1n, stored(deleted));
+    expect(await stack.progress.waitFor(position, 10_000)).toBe(true);
+    const pending = await stack.pool.query('SELECT solution_id FROM cascade_pending WHERE workspace_id = $1', [workspaceId]);
+    expect(pending.rows.map((row) => row.solution_id).sort()).toEqual(solutionIds);
+
+    const worker = new CascadeWorker(flakyStore(stack.store, 2), stack.pool, silentLogger);
+    try {
+      worker.drainAll();
+      await eventually(async () => (await stack.pool.query('SELECT 1 FROM cascade_pending')).rowCount === 0, 30_000);
+    } finally {
+      await worker.close();
+    }
+    for (const id of solutionIds) {
+      const events = await stack.store.readStream(solutionStream(id));
+      expect(events.map((event) => event.type)).toEqual(['SolutionCreated', 'SolutionDeleted']);
+      expect(events[1]!.data).toMatchObject({ reason: 'workspace_deleted' });
+      expect(events[1]!.metadata).toMatchObject({ actor: 'bob', request_id: 'req-delete' });
+    }
+    expect(await stack.differences()).toEqual([]);
+  });
+});
