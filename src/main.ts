@@ -4,7 +4,8 @@ import { ConfigError, parseConfig } from './config.js';
 import { createLogger } from './infra/logger.js';
 import { startRuntime } from './runtime.js';
 
-export const developmentOrganization = 'org_dev';
+/** The organization of the development token printed in embedded mode. */
+const developmentOrganization = 'org_dev';
 
 async function main(): Promise<void> {
   let config;

@@ -46,11 +46,11 @@ export type RuntimeOptions = {
   projectorBatchSize?: number;
 };
 
-async function resolveAuth(config: Config, embedded: boolean): Promise<AuthSettings> {
+async function resolveAuth(config: Config): Promise<AuthSettings> {
   const { issuer, audience } = config.auth;
   if (config.auth.jwksUrl) return { kind: 'jwks', jwksUrl: config.auth.jwksUrl, issuer, audience };
   if (config.auth.jwtSecret) return { kind: 'secret', secret: config.auth.jwtSecret, issuer, audience };
-  if (!embedded) throw new Error('AUTH_JWT_SECRET or AUTH_JWKS_URL is required with DATABASE_URL');
+  // parseConfig already demands a secret or JWKS with DATABASE_URL: only embedded mode gets here.
   return { kind: 'secret', secret: await readOrCreateDevelopmentSecret(config.dataDir), issuer, audience };
 }
 
@@ -60,7 +60,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
   const databaseUrl = config.databaseUrl ?? embedded!.url;
   const stopEmbedded = async () => embedded?.stop();
   try {
-    const auth = await resolveAuth(config, embedded !== undefined);
+    const auth = await resolveAuth(config);
     const pool = createPool(databaseUrl, logger, 20);
     const listener = new PgListener(databaseUrl, logger);
     await migrate(pool, { eventStore: !config.eventStoreUrl });

@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { allScopes, mintToken } from '../api/tokens.js';
 import { parseConfig } from '../config.js';
 import { readOrCreateDevelopmentSecret } from '../infra/embedded-postgres.js';
+import { organizationId } from '../write/values.js';
 
 /** npm run token -- --org org_x [--org org_y] [--scope "..."] [--sub name] [--expires 1h] */
 const { values } = parseArgs({
@@ -18,7 +19,7 @@ if (config.auth.jwksUrl) {
   process.stderr.write('the service verifies tokens with AUTH_JWKS_URL; mint tokens with that key issuer instead\n');
   process.exit(2);
 }
-const badOrg = values.org.find((org) => !/^org_[A-Za-z0-9_-]{1,64}$/.test(org));
+const badOrg = values.org.find((org) => !organizationId.safeParse(org).success);
 if (badOrg) {
   process.stderr.write(`not an organization id: ${badOrg}\n`);
   process.exit(2);

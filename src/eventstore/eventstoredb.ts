@@ -35,7 +35,7 @@ import {
   type NewEvent,
   type RecordedEvent,
 } from './port.js';
-import { streamPrefixes } from './stream-names.js';
+import { isServiceStream, streamPrefixes } from './stream-names.js';
 
 export type EventStoreDBOptions = {
   logger?: Logger;
@@ -46,7 +46,6 @@ export type EventStoreDBOptions = {
 };
 
 const prefixes = Object.values(streamPrefixes);
-const isServiceStream = (streamName: string) => prefixes.some((prefix) => streamName.startsWith(prefix));
 /** ESDB revisions are 0-based; the port's versions count events, so revision r is version r + 1. */
 const expectedRevision = (expectedVersion: bigint) => (expectedVersion === 0n ? NO_STREAM : expectedVersion - 1n);
 const readPosition = (position: GlobalPosition): ReadPosition =>

@@ -84,15 +84,18 @@ const toRecordedEvent = (row: EventRow): RecordedEvent => ({
 });
 
 export class PostgresEventStore implements EventStore {
-  /** A wake-up that arrived since the last readAll: the next wait returns at once rather than miss it. */
-  private appendedSinceRead = false;
+  /**
+   * A wake-up that arrived while nobody waited (e.g. between the projector's empty read and its
+   * wait): the next wait returns at once rather than miss it.
+   */
+  private appendedUnseen = false;
 
   constructor(
     private readonly pool: Pool,
     private readonly listener: PgListener,
   ) {
     listener.on(appendedChannel, () => {
-      this.appendedSinceRead = true;
+      this.appendedUnseen = true;
     });
   }
 
@@ -134,7 +137,6 @@ export class PostgresEventStore implements EventStore {
   }
 
   async readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
-    this.appendedSinceRead = false;
     const { rows } = await this.guard(() =>
       this.pool.query<EventRow>(
         `SELECT ${eventColumns} FROM es_events
@@ -159,7 +161,8 @@ export class PostgresEventStore implements EventStore {
       const timer = setTimeout(done, timeoutMs);
       const unsubscribe = this.listener.on(appendedChannel, done);
       signal.addEventListener('abort', done);
-      if (signal.aborted || this.appendedSinceRead) done();
+      if (signal.aborted || this.appendedUnseen) done();
+      this.appendedUnseen = false;
     });
   }
 

@@ -3,3 +3,7 @@ export const streamPrefixes = { workspace: 'workspace-', solution: 'solution-' }
 
 export const workspaceStream = (workspaceId: string) => `${streamPrefixes.workspace}${workspaceId}`;
 export const solutionStream = (solutionId: string) => `${streamPrefixes.solution}${solutionId}`;
+
+/** Whether a stream holds this service's records (a shared store may hold others, and system streams). */
+export const isServiceStream = (streamName: string) =>
+  streamName.startsWith(streamPrefixes.workspace) || streamName.startsWith(streamPrefixes.solution);

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import pg from 'pg';
 import type { Logger } from 'pino';
 
 export type EmbeddedDatabase = { url: string; stop: () => Promise<void> };
@@ -91,11 +92,42 @@ export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Pr
     logger.info({ databaseDir }, 'initialising the embedded PostgreSQL');
     await server.initialise();
   }
-  await server.start().catch((error: unknown) => {
+  try {
+    await server.start();
+  } catch (error) {
+    // Another process may have started it on this directory a moment earlier: share that one.
+    const started = await runningPort(databaseDir);
+    if (started) return { url: urlFor(started), stop: async () => undefined };
     throw new Error(`the embedded PostgreSQL did not start (data in ${databaseDir}): ${String(error ?? 'it exited')}`);
-  });
+  }
   logger.info({ port, databaseDir }, 'embedded PostgreSQL started');
-  return { url: urlFor(port), stop: () => server.stop() };
+  const url = urlFor(port);
+  return {
+    url,
+    // Whoever started it stops it, unless other processes (a tool, another instance) still use it.
+    stop: async () => {
+      if ((await otherClients(url)) > 0) {
+        logger.info({ databaseDir }, 'embedded PostgreSQL left running: other processes still use it');
+        return;
+      }
+      await server.stop();
+    },
+  };
+}
+
+async function otherClients(url: string): Promise<number> {
+  const client = new pg.Client({ connectionString: url });
+  try {
+    await client.connect();
+    const { rows } = await client.query<{ count: string }>(
+      "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    );
+    return Number(rows[0]!.count);
+  } catch {
+    return 0;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
 }
 
 export async function readOrCreateDevelopmentSecret(dataDir: string): Promise<string> {

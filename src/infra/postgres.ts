@@ -5,8 +5,20 @@ import type { Logger } from 'pino';
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
 
+/**
+ * Settings for every connection. Keepalives on both ends, so that a vanished peer is noticed in
+ * about a minute (the server then releases the projector's advisory lock for a standby). No session
+ * may sit idle inside a transaction for long: an open transaction holds back the event store's
+ * read watermark for every reader.
+ */
+export const connectionSettings = {
+  keepAlive: true,
+  connectionTimeoutMillis: 5000,
+  options: '-c idle_in_transaction_session_timeout=60000 -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3',
+};
+
 export function createPool(connectionString: string, logger: Logger, max = 10): pg.Pool {
-  const pool = new pg.Pool({ connectionString, max, connectionTimeoutMillis: 5000, idleTimeoutMillis: 30_000 });
+  const pool = new pg.Pool({ connectionString, max, idleTimeoutMillis: 30_000, ...connectionSettings });
   // An idle client losing its connection must not crash the process; the next query reconnects.
   pool.on('error', (error) => logger.warn({ err: error.message }, 'idle PostgreSQL connection lost'));
   return pool;
@@ -105,7 +117,7 @@ export class PgListener {
   }
 
   private async connect(): Promise<void> {
-    const client = new pg.Client({ connectionString: this.connectionString, connectionTimeoutMillis: 5000 });
+    const client = new pg.Client({ connectionString: this.connectionString, ...connectionSettings });
     client.on('notification', (message) => {
       for (const handler of this.handlers.get(message.channel) ?? []) handler(message.payload ?? '');
     });

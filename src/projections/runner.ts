@@ -1,7 +1,8 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { EventStore, GlobalPosition } from '../eventstore/port.js';
-import { streamPrefixes } from '../eventstore/stream-names.js';
+import { connectionSettings } from '../infra/postgres.js';
+import { isServiceStream } from '../eventstore/stream-names.js';
 import { upcast } from '../write/upcast.js';
 import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
@@ -26,9 +27,6 @@ export type ProjectionRunnerOptions = {
   /** Called inside the batch's transaction, before its commit; tests crash the projector here. */
   beforeCommit?: () => Promise<void>;
 };
-
-const ourStream = (streamName: string) =>
-  streamName.startsWith(streamPrefixes.workspace) || streamName.startsWith(streamPrefixes.solution);
 
 class LostLeadership extends Error {}
 
@@ -63,7 +61,7 @@ export class ProjectionRunner {
   private async run(): Promise<void> {
     const { logger } = this.options;
     while (!this.abort.signal.aborted) {
-      const client = new pg.Client({ connectionString: this.options.connectionString, connectionTimeoutMillis: 5000 });
+      const client = new pg.Client({ connectionString: this.options.connectionString, ...connectionSettings });
       client.on('error', () => undefined);
       try {
         await client.connect();
@@ -105,7 +103,7 @@ export class ProjectionRunner {
       }
       idlePollMs = minIdlePollMs;
       const last = events[events.length - 1]!.position;
-      const changes = await this.applyInTransaction(client, checkpoint, last, events.filter((e) => ourStream(e.streamName)).map(upcast));
+      const changes = await this.applyInTransaction(client, checkpoint, last, events.filter((e) => isServiceStream(e.streamName)).map(upcast));
       checkpoint = last;
       this.failures = 0; // back-off grows while batches keep failing, and only then
       progress.advance(checkpoint);

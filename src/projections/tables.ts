@@ -16,24 +16,38 @@ export const solutionColumns = `id, organization_id, workspace_id, name, descrip
   ${isoMicros('created_at')} AS created_at, ${isoMicros('updated_at')} AS updated_at`;
 
 export async function loadRows(db: Queryable, needed: RowsNeeded): Promise<LoadedRows> {
-  const [workspaces, solutions] = await Promise.all([
+  const [workspaces, solutions, hidden] = await Promise.all([
     needed.workspaceIds.length === 0
       ? []
       : db.query<WorkspaceRow>(`SELECT ${workspaceColumns} FROM workspaces WHERE id = ANY($1)`, [needed.workspaceIds]).then((r) => r.rows),
-    needed.solutionIds.length + needed.workspacesDeleted.length === 0
+    needed.solutionIds.length === 0
+      ? []
+      : db.query<SolutionRow>(`SELECT ${solutionColumns} FROM solutions WHERE id = ANY($1)`, [needed.solutionIds]).then((r) => r.rows),
+    // Solutions of deleted workspaces are only removed: their keys suffice, not their (large) documents.
+    needed.workspacesDeleted.length === 0
       ? []
       : db
-          .query<SolutionRow>(`SELECT ${solutionColumns} FROM solutions WHERE id = ANY($1) OR workspace_id = ANY($2)`, [
-            needed.solutionIds,
-            needed.workspacesDeleted,
-          ])
+          .query<Pick<SolutionRow, 'id' | 'organization_id' | 'workspace_id'>>(
+            'SELECT id, organization_id, workspace_id FROM solutions WHERE workspace_id = ANY($1) AND NOT (id = ANY($2))',
+            [needed.workspacesDeleted, needed.solutionIds],
+          )
           .then((r) => r.rows),
   ]);
-  return {
-    workspaces: new Map(workspaces.map((row) => [row.id, row])),
-    solutions: new Map(solutions.map((row) => [row.id, row])),
-  };
+  const loadedSolutions = new Map(solutions.map((row) => [row.id, row]));
+  for (const key of hidden) loadedSolutions.set(key.id, toBeRemoved(key));
+  return { workspaces: new Map(workspaces.map((row) => [row.id, row])), solutions: loadedSolutions };
 }
+
+/** A row known only by its keys: the batch removes it and never writes it back. */
+const toBeRemoved = (key: Pick<SolutionRow, 'id' | 'organization_id' | 'workspace_id'>): SolutionRow => ({
+  ...key,
+  name: '',
+  description: '',
+  attributes: {},
+  documentation: { blocks: [] },
+  created_at: '',
+  updated_at: '',
+});
 
 export async function writeChanges(db: Queryable, changes: BatchChanges): Promise<void> {
   if (changes.deleteSolutions.length > 0) {

@@ -1,5 +1,5 @@
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
-import { streamPrefixes } from '../eventstore/stream-names.js';
+import { isServiceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
 import { isSolutionEvent, isWorkspaceEvent } from '../write/events.js';
 import { evolveSolution, initialSolutionState, type Solution, type SolutionState } from '../write/solution.js';
@@ -27,7 +27,7 @@ export async function expectedReadModel(store: EventStore, until?: GlobalPositio
     const batch = await store.readAll(position, 2000);
     for (const recorded of batch) {
       if (until && comparePositions(recorded.position, until) > 0) return snapshotOf(workspaceStates, solutionStates);
-      if (!recorded.streamName.startsWith(streamPrefixes.workspace) && !recorded.streamName.startsWith(streamPrefixes.solution)) continue;
+      if (!isServiceStream(recorded.streamName)) continue;
       const event = upcast(recorded);
       if (isWorkspaceEvent(event)) {
         workspaceStates.set(recorded.streamName, evolveWorkspace(workspaceStates.get(recorded.streamName) ?? initialWorkspaceState, event));

@@ -44,7 +44,6 @@ export type SolutionDeleted = {
 export type WorkspaceEvent = WorkspaceCreated | WorkspaceUpdated | WorkspaceDeleted;
 export type SolutionEvent = SolutionCreated | SolutionUpdated | SolutionDeleted;
 export type DomainEvent = WorkspaceEvent | SolutionEvent;
-export type DomainEventType = DomainEvent['type'];
 
 /**
  * Version 2: SolutionDeleted carries `reason`. Version-1 events lack it; src/write/upcast.ts fills

@@ -80,7 +80,7 @@ describe('Idempotency-Key on commands', () => {
       headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, 'idempotency-key': 'key-order' },
       body: JSON.stringify({ query: 'create_workspace', params: { organization_id: 'org_idem', name: 'Ordered' } }),
     });
-    expect(Object.keys((await again.json()).data)).toEqual(Object.keys(first.body.data));
+    expect(Object.keys(((await again.json()) as { data: object }).data)).toEqual(Object.keys(first.body.data));
   });
 });
 
