@@ -14,6 +14,14 @@ export function comparePositions(a: GlobalPosition, b: GlobalPosition): number {
   return 0;
 }
 
+/** The furthest of some positions; undefined when there are none. */
+export function latestPosition(positions: (GlobalPosition | undefined)[]): GlobalPosition | undefined {
+  return positions.reduce<GlobalPosition | undefined>(
+    (latest, position) => (position && (!latest || comparePositions(position, latest) > 0) ? position : latest),
+    undefined,
+  );
+}
+
 export type NewEvent = {
   /** A UUID. Deterministic per command attempt, so that a retried append is recognised, not doubled. */
   id: string;

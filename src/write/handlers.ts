@@ -1,11 +1,13 @@
 import type { Logger } from 'pino';
 import { notFound, ServiceError } from '../errors.js';
-import type { EventStore, GlobalPosition } from '../eventstore/port.js';
+import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { CascadeWorker } from './cascade.js';
 import type { CommandContext } from './command.js';
 import { solutionDecider, workspaceDecider } from './deciders.js';
-import { execute, loadState } from './execute.js';
+import { CreationOrder } from './creation-order.js';
+import type { DomainEvent } from './events.js';
+import { execute, loadState, type Decider, type Outcome } from './execute.js';
 import type { JsonObject } from './merge-patch.js';
 import type { Solution } from './solution.js';
 import type { Timestamp } from './timestamp.js';
@@ -57,6 +59,8 @@ export type UpdateSolutionParams = {
  * reported exactly like missing ones.
  */
 export class CommandHandlers {
+  private readonly creationOrder = new CreationOrder();
+
   constructor(private readonly deps: CommandHandlerDeps) {}
 
   async createWorkspace(params: CreateWorkspaceParams, caller: Caller): Promise<Workspace> {
@@ -64,14 +68,14 @@ export class CommandHandlers {
       throw new ServiceError('forbidden', 'the token does not grant access to this organization');
     }
     const id = this.deps.newId('ws_', caller.idempotencySeed);
-    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller, () => ({
+    const outcome = await this.createInOrder(workspaceStream(id), workspaceDecider, caller, (context) => ({
       type: 'CreateWorkspace' as const,
       id,
       organizationId: params.organization_id,
       name: params.name,
       description: params.description,
       attributes: params.attributes,
-      context: this.context(caller),
+      context,
     }));
     return this.settled(outcome, (state) => (state.status === 'active' ? state.workspace : undefined));
   }
@@ -102,7 +106,7 @@ export class CommandHandlers {
   async createSolution(params: CreateSolutionParams, caller: Caller): Promise<Solution> {
     const workspace = await this.activeWorkspace(params.workspace_id, caller);
     const id = this.deps.newId('sol_', caller.idempotencySeed);
-    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller, () => ({
+    const outcome = await this.createInOrder(solutionStream(id), solutionDecider, caller, (context) => ({
       type: 'CreateSolution' as const,
       id,
       workspace: { id: workspace.id, organization_id: workspace.organization_id },
@@ -111,9 +115,8 @@ export class CommandHandlers {
       description: params.description,
       attributes: params.attributes,
       documentation: params.documentation,
-      context: this.context(caller),
+      context,
     }));
-    await this.awaitProjection(outcome.position);
     await this.ensureParentSurvived(workspace.id, 'workspace');
     if (outcome.state.status !== 'active') throw new ServiceError('internal_error', 'created solution is not active');
     return outcome.state.solution;
@@ -154,6 +157,32 @@ export class CommandHandlers {
     const { state } = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider);
     if (state.status !== 'active' || !caller.organizations.has(state.workspace.organization_id)) throw notFound(what);
     return state.workspace;
+  }
+
+  /**
+   * Creates a record and answers once it, and every creation of this instance that took an earlier
+   * time, is projected: lists never show a record after a later one was acknowledged (contract §9).
+   */
+  private async createInOrder<Command, State, Event extends DomainEvent>(
+    streamName: string,
+    decider: Decider<Command, State, Event>,
+    caller: Caller,
+    command: (context: CommandContext) => Command,
+  ): Promise<Outcome<State>> {
+    const context = this.context(caller);
+    const appending = execute(this.deps.store, streamName, decider, caller, () => command(context));
+    const untrack = this.creationOrder.track(
+      context.now,
+      appending.then((outcome) => outcome.position),
+    );
+    try {
+      const outcome = await appending;
+      const earlier = await this.creationOrder.earlierAppended(context.now);
+      await this.awaitProjection(latestPosition([outcome.position, earlier]));
+      return outcome;
+    } finally {
+      untrack();
+    }
   }
 
   private context(caller: Caller): CommandContext {

@@ -1,0 +1,28 @@
+import { latestPosition, type GlobalPosition } from '../eventstore/port.js';
+import type { Timestamp } from './timestamp.js';
+
+type Creation = { createdAt: Timestamp; appended: Promise<GlobalPosition | undefined> };
+
+/**
+ * Keeps list paging stable (contract §9): a record must never appear before one with an earlier
+ * `created_at` that is still on its way. Creations take their time before they append, and two
+ * appends can commit in either order; so a creation is acknowledged only once every creation of
+ * this instance that took an earlier time has been appended and projected too. (Across instances
+ * the same holds as far as their clocks agree.)
+ */
+export class CreationOrder {
+  private readonly inFlight = new Set<Creation>();
+
+  /** Registers a creation that took `createdAt` (from a clock that never goes backwards). */
+  track(createdAt: Timestamp, appended: Promise<GlobalPosition | undefined>): () => void {
+    const creation = { createdAt, appended: appended.catch(() => undefined) };
+    this.inFlight.add(creation);
+    return () => this.inFlight.delete(creation);
+  }
+
+  /** The furthest position among creations that took an earlier time, once they have all appended. */
+  async earlierAppended(createdAt: Timestamp): Promise<GlobalPosition | undefined> {
+    const earlier = [...this.inFlight].filter((creation) => creation.createdAt < createdAt);
+    return latestPosition(await Promise.all(earlier.map((creation) => creation.appended)));
+  }
+}
