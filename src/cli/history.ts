@@ -48,11 +48,16 @@ const shown = (value: unknown, full: boolean) => {
   return full || text.length <= maxValueLength ? text : `${text.slice(0, maxValueLength - 1)}…`;
 };
 
+/** The API's field order (the log's jsonb keeps none); fields it does not know follow by name. */
+const fieldOrder = ['organization_id', 'workspace_id', 'name', 'description', 'attributes', 'documentation', 'reason'];
+const rank = (key: string) => (fieldOrder.includes(key) ? fieldOrder.indexOf(key) : fieldOrder.length);
+
 /** What an event changed, one `field=value` per line. */
 function changesOf(event: Envelope, full: boolean): string[] {
   const fields = (data: Record<string, unknown>, skip: string[]) =>
     Object.entries(data)
       .filter(([key, value]) => !skip.includes(key) && value !== undefined)
+      .sort(([a], [b]) => rank(a) - rank(b) || a.localeCompare(b))
       .map(([key, value]) => `${key}=${shown(value, full)}`);
   switch (event.type) {
     case 'WorkspaceCreated':

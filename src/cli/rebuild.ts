@@ -1,5 +1,5 @@
 /**
- * npm run projections:rebuild [-- --batch-size 10000]
+ * npm run projections:rebuild [-- --batch-size 20000]
  *
  * Rebuilds every read table from the event log without stopping the service (see
  * src/projections/rebuild.ts). Uses the service's settings: DATABASE_URL or the embedded
@@ -18,7 +18,7 @@ import {
   type RebuildProgress,
 } from '../projections/rebuild.js';
 
-const { values } = parseArgs({ options: { 'batch-size': { type: 'string', default: '10000' } } });
+const { values } = parseArgs({ options: { 'batch-size': { type: 'string', default: '20000' } } });
 const batchSize = Number(values['batch-size']);
 if (!Number.isInteger(batchSize) || batchSize < 1) {
   process.stderr.write('--batch-size must be a positive whole number\n');
@@ -50,7 +50,7 @@ const duration = (seconds: number) => {
 /** A progress bar redrawn in place on a terminal; a plain line every few seconds otherwise. */
 function progressPrinter(stream: NodeJS.WriteStream) {
   const tty = stream.isTTY === true;
-  let lastPrint = 0;
+  let lastPrint = Number.NEGATIVE_INFINITY;
   let drawn = false;
   let switchAnnounced = false;
   const describe = ({ done, total, elapsedMs, phase }: RebuildProgress, bar: boolean) => {

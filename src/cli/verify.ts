@@ -11,7 +11,7 @@
 import { pino } from 'pino';
 import type { GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
-import { ConfigError, connectOperator, parseOperatorConfig, type OperatorConnection } from '../projections/rebuild.js';
+import { ConfigError, connectOperator, oneAtATime, parseOperatorConfig, type OperatorConnection } from '../projections/rebuild.js';
 import { readCheckpoint } from '../projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel, type ReadModelSnapshot } from '../projections/verify.js';
 
@@ -32,7 +32,7 @@ async function readTablesAtCheckpoint(pool: Pool): Promise<{ checkpoint: GlobalP
     await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
     const checkpoint = await readCheckpoint(client);
     // actualReadModel only queries; on one client inside the transaction they share its snapshot.
-    const actual = await actualReadModel(client as unknown as Pool);
+    const actual = await actualReadModel(oneAtATime(client) as Pool);
     await client.query('COMMIT');
     return { checkpoint, actual };
   } catch (error) {

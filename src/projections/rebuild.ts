@@ -21,18 +21,22 @@ import type { WorkspaceRow } from './workspaces-table.js';
  * Rebuilds every read table from the event log while the service keeps running.
  *
  * 1. A fresh schema `read_rebuild_<time>` gets the read tables (readModelSchema with search_path
- *    set to it); the table code in tables.ts uses unqualified names, so the projector's own batch
- *    code writes there.
- * 2. Every event is projected into it in large batches (one transaction each, with its checkpoint
- *    in that schema), the next batch read while the current one is written. The live tables keep
- *    answering and the live projector keeps running meanwhile.
+ *    set to it); the table code in tables.ts uses unqualified names, so the projector's own
+ *    loadRows/applyBatch/writeChanges work there unchanged. Indexes only readers use are dropped
+ *    and built once after the bulk of the copy.
+ * 2. Every event is projected into it in large batches, pipelined: while batch k is written, the
+ *    rows batch k+1 needs are loaded (mostly from an in-memory cache of rows the rebuild wrote)
+ *    and batch k+2 is read from the store. Each batch is written set-based in two transactions
+ *    side by side (solutions; workspaces, counts and the rebuild's checkpoint, committed last).
+ *    The live tables keep answering and the live projector keeps running meanwhile.
  * 3. Close to the head, one transaction switches over: it locks the live tables (readers and the
  *    live projector wait a moment), applies the rest of the log up to the head, drops the live
- *    tables, moves the new ones into `public`, sets the live checkpoint to where the rebuild got
- *    (never behind the old one) and announces it on the progress channel. The live projector's
- *    next checkpoint move then fails (it was not at the position that projector read) and it
- *    restarts from the new checkpoint; commands waiting for their position are released by the
- *    announcement.
+ *    tables, moves the new ones into `public` (their indexes with them), sets the live checkpoint
+ *    to where the rebuild got (never behind the old one) and announces it on the progress
+ *    channel. The live projector's next checkpoint move then fails (it is not at the position
+ *    that projector read) and it restarts from the new checkpoint; commands waiting for their
+ *    position are released by the announcement. If the locks cannot be had at once, the switch
+ *    gives up within a fraction of deadlock_timeout, catches up and tries again.
  *
  * Not swapped: `cascade_pending`, the cascade worker's to-do list, stays; the cascades the rebuild
  * found still to do (no SolutionDeleted in the log yet) are added to it. `projection_checkpoints`
@@ -60,7 +64,7 @@ export type RebuildOptions = {
   connectionString: string;
   store: EventStore;
   logger: Logger;
-  /** Events per batch (one transaction each). */
+  /** Events read and applied per batch (default 20,000). */
   batchSize?: number;
   /** An estimate of the number of events in the log, for progress; undefined when unknown. */
   estimateTotal?: () => Promise<number | undefined>;
@@ -114,21 +118,23 @@ function schemaNameFor(date: Date): string {
 
 export async function rebuildReadModel(options: RebuildOptions): Promise<RebuildResult> {
   const { store, logger, signal } = options;
-  const batchSize = options.batchSize ?? 10_000;
+  const batchSize = options.batchSize ?? 20_000;
   const started = performance.now();
   const connect = async () => {
     const client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 10_000 });
     client.on('error', (error) => logger.warn({ err: error.message }, 'rebuild connection lost'));
     await client.connect();
     // Parallel workers would take the cores the service and the rebuild's own pipeline use, for
-    // scans of a few thousand rows by key; and the tables being built are in memory.
-    await client.query('SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off');
+    // scans of a few thousand rows by key; and the tables being built are in memory. A rebuild
+    // that dies half-way is thrown away, so its commits need not wait for the disk.
+    await client.query('SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off; SET synchronous_commit = off');
     return client;
   };
-  // The writer applies batches (and does the switch); the loader reads the rows of the next batch
-  // meanwhile, so that both of PostgreSQL's and Node's work overlap.
+  // Three connections: the writer writes workspaces, counts and the checkpoint (and does the
+  // switch), the solution writer writes solutions beside it, and the loader reads the rows the
+  // next batch needs meanwhile; so PostgreSQL's work is spread over its cores and overlaps Node's.
   const writer = await connect();
-  let loader: pg.Client | undefined;
+  const helpers: pg.Client[] = [];
 
   const schema = schemaNameFor(new Date());
   let schemaCreated = false;
@@ -137,8 +143,6 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     if (!rows[0]?.locked) throw new Error('another rebuild is running on this database');
     await dropStaleSchemas(writer, logger);
 
-    // A rebuild that dies half-way is thrown away, so its commits need not wait for the disk.
-    await writer.query('SET synchronous_commit = off');
     await writer.query(`CREATE SCHEMA ${quote(schema)}`);
     schemaCreated = true;
     await writer.query(`SET search_path TO ${quote(schema)}`);
@@ -146,8 +150,12 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     const tables = await swappedTables(writer, schema);
     const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema);
     logger.info({ schema, tables, deferredIndexes: deferredIndexes.map((index) => index.name) }, 'rebuild schema created');
-    loader = await connect();
-    await loader.query(`SET search_path TO ${quote(schema)}`);
+    for (let i = 0; i < 2; i++) {
+      const helper = await connect();
+      helpers.push(helper);
+      await helper.query(`SET search_path TO ${quote(schema)}`);
+    }
+    const [solutionWriter, loader] = helpers as [pg.Client, pg.Client];
 
     let total = await options.estimateTotal?.().catch(() => undefined);
     const state: CopyState = { position: startOfLog, done: 0, batches: 0, cascades: new Map() };
@@ -161,7 +169,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     report('copying');
 
     const cache = new RowCache(options.cachedRows ?? 250_000);
-    const copy = () => catchUp(writer, loader!, cache, store, state, batchSize, signal, () => report('copying'));
+    const copy = () => catchUp({ writer, solutionWriter, loader }, cache, store, state, batchSize, signal, () => report('copying'));
     await copy();
     // Indexes only the readers need are built once, over the bulk of the rows, then kept up.
     for (const index of deferredIndexes) await writer.query(index.definition);
@@ -208,6 +216,8 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
       await copy();
     }
   } catch (error) {
+    // Closed first, so that nothing they may still hold keeps the schema from being dropped.
+    for (const helper of helpers.splice(0)) await helper.end().catch(() => undefined);
     await writer.query('ROLLBACK').catch(() => undefined);
     if (schemaCreated) {
       await writer.query('RESET search_path').catch(() => undefined);
@@ -215,7 +225,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     }
     throw error;
   } finally {
-    await loader?.end().catch(() => undefined);
+    for (const helper of helpers) await helper.end().catch(() => undefined);
     await writer.query('SELECT pg_advisory_unlock($1)', [rebuildLockKey]).catch(() => undefined);
     await writer.end().catch(() => undefined);
   }
@@ -295,13 +305,13 @@ type Batch = {
   changes: BatchChanges;
   /** Ids of the solutions this batch deletes with their own event. */
   solutionsDeleted: string[];
-  created: Set<string>;
 };
 
-/** Reads and applies batches, each in its own transaction, until a batch comes back short. */
+type Connections = { writer: pg.Client; solutionWriter: pg.Client; loader: pg.Client };
+
+/** Reads and applies batches until a batch comes back short. */
 async function catchUp(
-  writer: pg.Client,
-  loader: pg.Client,
+  connections: Connections,
   cache: RowCache,
   store: EventStore,
   state: CopyState,
@@ -309,6 +319,7 @@ async function catchUp(
   signal: AbortSignal | undefined,
   progress: () => void,
 ): Promise<void> {
+  const { writer, solutionWriter, loader } = connections;
   let reading = store.readAll(state.position, batchSize);
   let writing: { batch: Batch; done: Promise<void> } | undefined;
   const settle = async () => {
@@ -323,8 +334,7 @@ async function catchUp(
     let from = state.position;
     for (;;) {
       if (signal?.aborted) throw new RebuildAborted();
-      const G = ((globalThis as any).G ??= {w:0,wait:0,read:0,load:0,fold:0}); let g0 = performance.now();
-      const events = await reading; G.read += performance.now() - g0; g0 = performance.now();
+      const events = await reading;
       if (events.length === 0) break;
       const to = events[events.length - 1]!.position;
       const full = events.length >= batchSize;
@@ -332,11 +342,11 @@ async function catchUp(
       reading.catch(() => undefined);
 
       const envelopes = domainEvents(events);
-      const loaded = await cache.load(loader, envelopes, writing?.batch.changes); G.load += performance.now() - g0; g0 = performance.now();
+      const loaded = await cache.load(loader, envelopes, writing?.batch.changes);
       const batch = await foldBatch(from, to, events.length, envelopes, loaded);
-      cache.remember(batch.changes, loaded); G.fold += performance.now() - g0; g0 = performance.now();
-      await settle(); G.wait += performance.now() - g0;
-      const ws0 = performance.now(); writing = { batch, done: inTransaction(writer, () => writeBatch(writer, batch)).then(() => { G.w += performance.now() - ws0; }) };
+      cache.remember(batch.changes, loaded);
+      await settle();
+      writing = { batch, done: writeBatch(writer, solutionWriter, batch) };
       writing.done.catch(() => undefined);
       from = to;
       if (!full) break;
@@ -373,22 +383,52 @@ function domainEvents(events: RecordedEvent[]): Envelope[] {
   return envelopes;
 }
 
-/** Writes a batch's changes and moves the (rebuild schema's) checkpoint, in the caller's transaction. */
-async function writeBatch(client: pg.Client, batch: Batch): Promise<void> {
+/**
+ * Writes a batch in two transactions side by side: its solutions on one connection; its
+ * workspaces, counts and checkpoint on the other, which commits only after the solutions have.
+ * So the rebuild schema's checkpoint never claims a batch that is not wholly written. (The rebuild
+ * schema is private to this rebuild and dropped if it fails, so nothing reads it half-written.)
+ */
+async function writeBatch(writer: pg.Client, solutionWriter: pg.Client, batch: Batch): Promise<void> {
+  const { upsertSolutions, deleteSolutions, ...rest } = batch.changes;
+  const solutions = inTransaction(solutionWriter, () =>
+    writeChanges(solutionWriter, { ...noChanges(), upsertSolutions, deleteSolutions }),
+  );
+  solutions.catch(() => undefined);
+  try {
+    await inTransaction(writer, async () => {
+      await writeChanges(writer, { ...rest, upsertSolutions: [], deleteSolutions: [], pendingCascades: [] });
+      await solutions;
+      await moveCheckpoint(writer, batch);
+    });
+  } finally {
+    await solutions.catch(() => undefined);
+  }
+}
+
+/** Writes a batch in the caller's transaction, on one connection (the switch's tail). */
+async function writeBatchInTransaction(client: pg.Client, batch: Batch): Promise<void> {
   // Cascades are kept in memory and handed to the live cascade_pending at the switch.
-  if (process.env.SPLIT) {
-    const { changes } = batch;
-    await writeChanges(client, { ...changes, upsertWorkspaces: changes.upsertWorkspaces.filter((r) => !batch.created.has(r.id)), upsertSolutions: changes.upsertSolutions.filter((r) => !batch.created.has(r.id)), pendingCascades: [] });
-    const nw = changes.upsertWorkspaces.filter((r) => batch.created.has(r.id));
-    const ns = changes.upsertSolutions.filter((r) => batch.created.has(r.id));
-    if (nw.length) await client.query('INSERT INTO workspaces SELECT * FROM json_populate_recordset(null::workspaces, $1::json)', [JSON.stringify(nw)]);
-    if (ns.length) await client.query('INSERT INTO solutions SELECT * FROM json_populate_recordset(null::solutions, $1::json)', [JSON.stringify(ns)]);
-  } else
   await writeChanges(client, { ...batch.changes, pendingCascades: [] });
+  await moveCheckpoint(client, batch);
+}
+
+async function moveCheckpoint(client: pg.Client, batch: Batch): Promise<void> {
   if (!(await advanceCheckpoint(client, batch.from, batch.to))) {
     throw new Error('the rebuild checkpoint moved under the rebuild; is another rebuild writing to its schema?');
   }
 }
+
+const noChanges = (): BatchChanges => ({
+  upsertWorkspaces: [],
+  deleteWorkspaces: [],
+  upsertSolutions: [],
+  deleteSolutions: [],
+  organizationDeltas: new Map(),
+  workspaceSolutionDeltas: new Map(),
+  workspacesDeleted: [],
+  pendingCascades: [],
+});
 
 /**
  * Takes over a written batch once it is committed. A cascade listed in a batch is always listed
@@ -433,7 +473,7 @@ class RowCache {
       else if (!created.has(id)) missing.solutionIds.push(id);
     }
     if (missing.workspaceIds.length + missing.solutionIds.length + missing.workspacesDeleted.length === 0) return loaded;
-    const read = withOverlay(await loadRows(loader, missing), missing, pending);
+    const read = withOverlay(await loadRows(oneAtATime(loader), missing), missing, pending);
     for (const [id, row] of read.workspaces) if (!loaded.workspaces.has(id)) loaded.workspaces.set(id, row);
     for (const [id, row] of read.solutions) {
       if (!loaded.solutions.has(id)) loaded.solutions.set(id, this.solutions.get(id) ?? row);
@@ -454,8 +494,8 @@ class RowCache {
     this.evict(this.solutions, this.capacity - Math.floor(this.capacity / 3));
   }
 
+  /** Oldest first by when a row was first kept: cheaper than moving it on every use, and as good for a cache this size. */
   private keep<Row extends { id: string }>(rows: Map<string, Row>, row: Row): void {
-    rows.delete(row.id);
     rows.set(row.id, row);
   }
 
@@ -598,10 +638,7 @@ async function foldBatch(
     if (after) changes.upsertSolutions.push(after);
     else if (before) changes.deleteSolutions.push(id);
   }
-  const created = new Set<string>();
-  for (const row of changes.upsertWorkspaces) if (!loaded.workspaces.has(row.id)) created.add(row.id);
-  for (const row of changes.upsertSolutions) if (!loaded.solutions.has(row.id)) created.add(row.id);
-  return { from, to, events: count, changes, solutionsDeleted, created };
+  return { from, to, events: count, changes, solutionsDeleted };
 }
 
 const lockNotAvailable = new Set(['55P03', '40P01']);
@@ -647,9 +684,9 @@ async function trySwitch(
       const events = await store.readAll(tentative.position, batchSize);
       if (events.length > 0) {
         const envelopes = domainEvents(events);
-        const loaded = await loadRows(client, rowsNeeded(envelopes));
+        const loaded = await loadRows(oneAtATime(client), rowsNeeded(envelopes));
         const batch = await foldBatch(tentative.position, events[events.length - 1]!.position, events.length, envelopes, loaded);
-        await writeBatch(client, batch);
+        await writeBatchInTransaction(client, batch);
         commit(tentative, batch);
       }
       if (events.length < batchSize) break;
@@ -708,6 +745,21 @@ async function liveCheckpoint(client: pg.Client): Promise<GlobalPosition> {
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A client that runs the statements given to it one after the other. loadRows (and
+ * actualReadModel) send theirs at once, which a single pg.Client only queues, with a deprecation
+ * warning (an error in pg 9).
+ */
+export function oneAtATime(client: pg.ClientBase): Pick<pg.PoolClient, 'query'> {
+  let last: Promise<unknown> = Promise.resolve();
+  const query = (...args: unknown[]) => {
+    const next = last.then(() => (client.query as (...a: unknown[]) => Promise<unknown>)(...args));
+    last = next.catch(() => undefined);
+    return next;
+  };
+  return { query } as unknown as Pick<pg.PoolClient, 'query'>;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Wiring shared by the operator tools (projections:rebuild, projections:verify, history).
