@@ -100,7 +100,8 @@ try {
     void started;
   }
 
-  // 4. HTTP latency, interleaved.
+  // 4. HTTP latency, interleaved, in steady state: statistics and visibility map as autovacuum keeps them.
+  await runtime.pool.query('VACUUM ANALYZE workspaces');
   const app = await buildApp({ services: runtime.services, logger, bodyLimitBytes: config.bodyLimitBytes, rateLimitPerMinute: 0 });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/api`;

@@ -19,7 +19,9 @@ export const offsetOf = (request: PageRequest) => ((BigInt(request.page) - 1n) *
 export function pageIdsAcrossOrganizations(table: string, organizations: readonly string[], firstParameter: number): string {
   if (organizations.length === 0) return 'SELECT NULL::text AS id WHERE false OFFSET $2 LIMIT $3';
   const scans = organizations.map(
-    (_, index) => `(SELECT id, created_at FROM ${table} WHERE organization_id = $${firstParameter + index} ORDER BY created_at, id)`,
+    // The inner LIMIT also keeps the index order when the table has no statistics yet.
+    (_, index) =>
+      `(SELECT id, created_at FROM ${table} WHERE organization_id = $${firstParameter + index} ORDER BY created_at, id LIMIT $2::bigint + $3)`,
   );
   return `SELECT id FROM (${scans.join(' UNION ALL ')}) merged ORDER BY created_at, id OFFSET $2 LIMIT $3`;
 }
