@@ -26,9 +26,10 @@ import type { WorkspaceRow } from './workspaces-table.js';
  *    and built once after the bulk of the copy.
  * 2. Every event is projected into it in large batches, pipelined: while batch k is written, the
  *    rows batch k+1 needs are loaded (mostly from an in-memory cache of rows the rebuild wrote)
- *    and batch k+2 is read from the store. Each batch is written set-based in two transactions
- *    side by side (solutions; workspaces, counts and the rebuild's checkpoint, committed last).
- *    The live tables keep answering and the live projector keeps running meanwhile.
+ *    and batch k+2 is read from the store. Each batch is written set-based by writeChanges, on
+ *    two connections side by side (solutions; workspaces and counts), in statements of bounded
+ *    size that commit one by one, and the rebuild's checkpoint last. The live tables keep
+ *    answering and the live projector keeps running meanwhile.
  * 3. Close to the head, one transaction switches over: it locks the live tables (readers and the
  *    live projector wait a moment), applies the rest of the log up to the head, drops the live
  *    tables, moves the new ones into `public` (their indexes with them), sets the live checkpoint
@@ -366,17 +367,6 @@ async function analyze(client: pg.Client): Promise<void> {
   await client.query('ANALYZE solutions');
 }
 
-async function inTransaction(client: pg.Client, work: () => Promise<void>): Promise<void> {
-  await client.query('BEGIN');
-  try {
-    await work();
-    await client.query('COMMIT');
-  } catch (error) {
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  }
-}
-
 function domainEvents(events: RecordedEvent[]): Envelope[] {
   const envelopes: Envelope[] = [];
   for (const event of events) if (ourStream(event.streamName)) envelopes.push(upcast(event));
@@ -384,26 +374,46 @@ function domainEvents(events: RecordedEvent[]): Envelope[] {
 }
 
 /**
- * Writes a batch in two transactions side by side: its solutions on one connection; its
- * workspaces, counts and checkpoint on the other, which commits only after the solutions have.
- * So the rebuild schema's checkpoint never claims a batch that is not wholly written. (The rebuild
- * schema is private to this rebuild and dropped if it fails, so nothing reads it half-written.)
+ * Rows per statement. Every statement holds a transaction id while it runs, and the PostgreSQL
+ * event store shows no event committed after the oldest running one (pg_snapshot_xmin): a long
+ * write here would hold back the live projector, and so every command waiting for it.
+ */
+const rowsPerStatement = 2000;
+
+/**
+ * Writes a batch set-based, in statements of at most `rowsPerStatement` rows that commit one by
+ * one: its solutions on one connection, its workspaces then its counts on the other, and last
+ * its checkpoint, once all of them are in. So the rebuild schema's checkpoint never claims a batch
+ * that is not wholly written. (The schema is private to this rebuild and dropped if it fails.)
  */
 async function writeBatch(writer: pg.Client, solutionWriter: pg.Client, batch: Batch): Promise<void> {
-  const { upsertSolutions, deleteSolutions, ...rest } = batch.changes;
-  const solutions = inTransaction(solutionWriter, () =>
-    writeChanges(solutionWriter, { ...noChanges(), upsertSolutions, deleteSolutions }),
-  );
+  const { upsertWorkspaces, deleteWorkspaces, upsertSolutions, deleteSolutions, organizationDeltas, workspaceSolutionDeltas, workspacesDeleted } =
+    batch.changes;
+  const solutions = (async () => {
+    for (const slice of slices(deleteSolutions)) await writeChanges(solutionWriter, { ...noChanges(), deleteSolutions: slice });
+    for (const slice of slices(upsertSolutions)) await writeChanges(solutionWriter, { ...noChanges(), upsertSolutions: slice });
+  })();
   solutions.catch(() => undefined);
   try {
-    await inTransaction(writer, async () => {
-      await writeChanges(writer, { ...rest, upsertSolutions: [], deleteSolutions: [], pendingCascades: [] });
-      await solutions;
-      await moveCheckpoint(writer, batch);
-    });
+    for (const slice of slices(deleteWorkspaces)) await writeChanges(writer, { ...noChanges(), deleteWorkspaces: slice });
+    for (const slice of slices(upsertWorkspaces)) await writeChanges(writer, { ...noChanges(), upsertWorkspaces: slice });
+    for (const slice of slices([...workspaceSolutionDeltas])) {
+      await writeChanges(writer, { ...noChanges(), workspaceSolutionDeltas: new Map(slice) });
+    }
+    // After the deltas: a deleted workspace's count goes. (Cascades are kept in memory and handed
+    // to the live cascade_pending at the switch.)
+    await writeChanges(writer, { ...noChanges(), organizationDeltas, workspacesDeleted });
+    await solutions;
   } finally {
     await solutions.catch(() => undefined);
   }
+  await moveCheckpoint(writer, batch);
+}
+
+function slices<T>(items: T[]): T[][] {
+  const result: T[][] = [];
+  for (let start = 0; start < items.length; start += rowsPerStatement) result.push(items.slice(start, start + rowsPerStatement));
+  return result;
 }
 
 /** Writes a batch in the caller's transaction, on one connection (the switch's tail). */
