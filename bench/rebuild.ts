@@ -385,8 +385,13 @@ try {
 } finally {
   await listener.close();
   await pool.end();
+  // A backend outlives its closed connection by a moment: let ours go before dropping the
+  // database, and before stop(), which leaves the server running while other clients are connected.
+  const settle = () => new Promise((resolve) => setTimeout(resolve, 250));
+  await settle();
   if (!values.keep && !values.database) await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`);
   else out(`kept database ${databaseName} (reuse: --database ${databaseName})`);
   await admin.end();
+  await settle();
   await embedded?.stop();
 }

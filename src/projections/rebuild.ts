@@ -4,10 +4,10 @@ import { ConfigError, parseConfig, type Config } from '../config.js';
 import { EventStoreDBEventStore } from '../eventstore/eventstoredb.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
 import { PostgresEventStore } from '../eventstore/postgres.js';
-import { streamPrefixes } from '../eventstore/stream-names.js';
+import { isServiceStream } from '../eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../infra/embedded-postgres.js';
 import { migrate } from '../infra/migrate.js';
-import { createPool, PgListener, type Pool } from '../infra/postgres.js';
+import { connectionSettings, createPool, PgListener, type Pool } from '../infra/postgres.js';
 import type { Envelope } from '../write/events.js';
 import { upcast } from '../write/upcast.js';
 import { applyBatch, rowsNeeded, type BatchChanges, type CountDelta, type LoadedRows, type RowsNeeded } from './batch.js';
@@ -107,9 +107,6 @@ export class RebuildAborted extends Error {
   }
 }
 
-const ourStream = (streamName: string) =>
-  streamName.startsWith(streamPrefixes.workspace) || streamName.startsWith(streamPrefixes.solution);
-
 const quote = (identifier: string) => pg.escapeIdentifier(identifier);
 
 function schemaNameFor(date: Date): string {
@@ -122,7 +119,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
   const batchSize = options.batchSize ?? 20_000;
   const started = performance.now();
   const connect = async () => {
-    const client = new pg.Client({ connectionString: options.connectionString, connectionTimeoutMillis: 10_000 });
+    const client = new pg.Client({ connectionString: options.connectionString, ...connectionSettings });
     client.on('error', (error) => logger.warn({ err: error.message }, 'rebuild connection lost'));
     await client.connect();
     // Parallel workers would take the cores the service and the rebuild's own pipeline use, for
@@ -369,7 +366,7 @@ async function analyze(client: pg.Client): Promise<void> {
 
 function domainEvents(events: RecordedEvent[]): Envelope[] {
   const envelopes: Envelope[] = [];
-  for (const event of events) if (ourStream(event.streamName)) envelopes.push(upcast(event));
+  for (const event of events) if (isServiceStream(event.streamName)) envelopes.push(upcast(event));
   return envelopes;
 }
 
@@ -454,8 +451,8 @@ function commit(state: CopyState, batch: Batch): void {
 }
 
 /**
- * The rows a batch needs. Rows the rebuild wrote or read lately are kept in memory (most recently
- * used last, the oldest forgotten beyond `capacity`); the others are read from the tables, where
+ * The rows a batch needs. Rows the rebuild wrote or read lately are kept in memory (those kept
+ * first are forgotten first beyond `capacity`); the others are read from the tables, where
  * the batch being written meanwhile (`pending`, committed or not yet) is overlaid: for the rows it
  * touched, its result is the truth. A record created in the batch itself is not looked for, and
  * the solutions of a workspace deleted in it are always read from the tables (the cache cannot
@@ -499,12 +496,11 @@ class RowCache {
     for (const row of changes.upsertSolutions) this.keep(this.solutions, row);
     for (const id of changes.deleteWorkspaces) this.workspaces.delete(id);
     for (const id of changes.deleteSolutions) this.solutions.delete(id);
-    // Solutions hidden by a workspace deletion before they were ever kept do not matter here.
     this.evict(this.workspaces, Math.floor(this.capacity / 3));
     this.evict(this.solutions, this.capacity - Math.floor(this.capacity / 3));
   }
 
-  /** Oldest first by when a row was first kept: cheaper than moving it on every use, and as good for a cache this size. */
+  /** In the order rows were first kept: cheaper than moving a row on every use, and as good here. */
   private keep<Row extends { id: string }>(rows: Map<string, Row>, row: Row): void {
     rows.set(row.id, row);
   }
@@ -830,7 +826,12 @@ export async function connectOperator(config: Config, logger: Logger, options: {
         await store.close();
         await listener.close();
         await pool.end();
-        await embedded?.stop();
+        if (embedded) {
+          // stop() leaves the server running while other clients are connected, and a backend
+          // outlives its closed connection by a moment: let ours go first.
+          await sleep(250);
+          await embedded.stop();
+        }
       },
     };
   } catch (error) {
