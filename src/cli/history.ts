@@ -7,10 +7,9 @@
  * organization: operators are trusted. Long values are shortened unless --full is given.
  */
 import { parseArgs } from 'node:util';
-import { pino } from 'pino';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
-import { ConfigError, connectOperator, parseOperatorConfig, type OperatorConnection } from '../projections/rebuild.js';
+import { connectOperator, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
 import type { Envelope } from '../write/events.js';
 import { upcast } from '../write/upcast.js';
 
@@ -30,15 +29,7 @@ if (!id || !kind || extra.length > 0) {
   process.exit(2);
 }
 
-let config;
-try {
-  config = parseOperatorConfig();
-} catch (error) {
-  if (!(error instanceof ConfigError)) throw error;
-  process.stderr.write(`${error.message}\n`);
-  process.exit(2);
-}
-const logger = pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2));
+const { config, logger } = operatorSetup();
 
 type Row = { version: string; when: string; who: string; event: string; changes: string[] };
 

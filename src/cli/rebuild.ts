@@ -7,12 +7,10 @@
  * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
  */
 import { parseArgs } from 'node:util';
-import { pino } from 'pino';
 import { encodePosition } from '../projections/progress.js';
 import {
-  ConfigError,
   connectOperator,
-  parseOperatorConfig,
+  operatorSetup,
   RebuildAborted,
   rebuildReadModel,
   type RebuildProgress,
@@ -25,17 +23,7 @@ if (!Number.isInteger(batchSize) || batchSize < 1) {
   process.exit(2);
 }
 
-let config;
-try {
-  config = parseOperatorConfig();
-} catch (error) {
-  if (!(error instanceof ConfigError)) throw error;
-  process.stderr.write(`${error.message}\n`);
-  process.exit(2);
-}
-
-// Logs go to stderr beside the progress, quiet unless LOG_LEVEL asks for more.
-const logger = pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2));
+const { config, logger } = operatorSetup();
 
 const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 const duration = (seconds: number) => {

@@ -8,22 +8,13 @@
  * The read tables are read in one snapshot together with their checkpoint, and the log is folded
  * up to that checkpoint, so a projector running (or behind) meanwhile causes no false alarms.
  */
-import { pino } from 'pino';
 import type { GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
-import { ConfigError, connectOperator, oneAtATime, parseOperatorConfig, type OperatorConnection } from '../projections/rebuild.js';
+import { connectOperator, oneAtATime, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
 import { readCheckpoint } from '../projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel, type ReadModelSnapshot } from '../projections/verify.js';
 
-let config;
-try {
-  config = parseOperatorConfig();
-} catch (error) {
-  if (!(error instanceof ConfigError)) throw error;
-  process.stderr.write(`${error.message}\n`);
-  process.exit(2);
-}
-const logger = pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2));
+const { config, logger } = operatorSetup();
 
 /** The read tables and their checkpoint, from one snapshot. */
 async function readTablesAtCheckpoint(pool: Pool): Promise<{ checkpoint: GlobalPosition; actual: ReadModelSnapshot }> {

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import type { Logger } from 'pino';
+import { pino, type Logger } from 'pino';
 import { ConfigError, parseConfig, type Config } from '../config.js';
 import { EventStoreDBEventStore } from '../eventstore/eventstoredb.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
@@ -774,12 +774,22 @@ export function oneAtATime(client: pg.ClientBase): Pick<pg.PoolClient, 'query'> 
  * The service's configuration for a tool: as parseConfig reads it, except that no token settings
  * are needed (the tools verify no tokens), so DATABASE_URL alone is enough.
  */
-export function parseOperatorConfig(environment: NodeJS.ProcessEnv = process.env): Config {
+function parseOperatorConfig(environment: NodeJS.ProcessEnv = process.env): Config {
   const needsPlaceholder = environment.DATABASE_URL && !environment.AUTH_JWT_SECRET && !environment.AUTH_JWKS_URL;
   return parseConfig(needsPlaceholder ? { ...environment, AUTH_JWT_SECRET: 'x'.repeat(32) } : environment);
 }
 
-export { ConfigError };
+/** The operator tools' start: config as the service reads it (a bad value exits 2) and a logger on stderr. */
+export function operatorSetup(): { config: Config; logger: Logger } {
+  try {
+    const config = parseOperatorConfig();
+    return { config, logger: pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2)) };
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    process.stderr.write(`${error.message}\n`);
+    process.exit(2);
+  }
+}
 
 export type OperatorConnection = {
   databaseUrl: string;
