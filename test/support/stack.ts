@@ -1,4 +1,6 @@
 import { pino } from 'pino';
+import { EventStoreDBEventStore } from '../../src/eventstore/eventstoredb.js';
+import type { EventStore } from '../../src/eventstore/port.js';
 import { PostgresEventStore } from '../../src/eventstore/postgres.js';
 import { migrate } from '../../src/infra/migrate.js';
 import { createPool, PgListener, type Pool } from '../../src/infra/postgres.js';
@@ -6,17 +8,24 @@ import { ProjectionProgress } from '../../src/projections/progress.js';
 import { ProjectionRunner, type ProjectionRunnerOptions } from '../../src/projections/runner.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../../src/projections/verify.js';
 import { createTestDatabase } from './database.js';
+import { eventStoreUrlFor, prepareReadDatabase } from './event-store.js';
 
 export const silentLogger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' });
 
-/** The PostgreSQL event store and read tables on a fresh database, without HTTP. */
-export async function startStack(databaseUrl?: string) {
-  const url = databaseUrl ?? (await createTestDatabase());
+/**
+ * The event store of the test's mode (PostgreSQL unless a vitest project says otherwise) and the
+ * read tables on a fresh database, without HTTP.
+ */
+export async function startStack(databaseUrl?: string, options: { eventStoreUrl?: string } = {}) {
+  const url = databaseUrl ?? (await prepareReadDatabase(await createTestDatabase()));
+  const eventStoreUrl = options.eventStoreUrl ?? (await eventStoreUrlFor(url));
   const pool = createPool(url, silentLogger, 30);
-  await migrate(pool, { eventStore: true });
+  await migrate(pool, { eventStore: !eventStoreUrl });
   const listener = new PgListener(url, silentLogger);
   await listener.start();
-  const store = new PostgresEventStore(pool, listener);
+  const store: EventStore = eventStoreUrl
+    ? new EventStoreDBEventStore(eventStoreUrl, { logger: silentLogger })
+    : new PostgresEventStore(pool, listener);
   const progress = new ProjectionProgress(pool, listener, silentLogger);
   const runners: ProjectionRunner[] = [];
   return {
@@ -37,6 +46,7 @@ export async function startStack(databaseUrl?: string) {
       await Promise.all(runners.map((runner) => runner.stop()));
       progress.close();
       await listener.close();
+      await store.close();
       await pool.end();
     },
   };
