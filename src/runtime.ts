@@ -86,11 +86,12 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       cascade,
       clock: createClock(),
       newId: (prefix, seed) => `${prefix}${seed === undefined ? nanoid() : idFromSeed(seed)}`,
-      awaitProjection: async (position) => {
-        if (!(await progress.waitFor(position, config.projectionWaitMs))) {
-          logger.warn({ waitedMs: config.projectionWaitMs }, 'projection did not catch up in time; answering anyway');
+      awaitProjection: async (position, timeoutMs) => {
+        if (!(await progress.waitFor(position, timeoutMs))) {
+          logger.warn({ waitedMs: timeoutMs }, 'projection did not catch up in time; answering anyway');
         }
       },
+      projectionWaitMs: config.projectionWaitMs,
       logger,
     });
 
@@ -126,7 +127,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     };
 
     return {
-      services: { verifyToken: createTokenVerifier(auth), idempotency: new IdempotencyKeys(pool), commands, queries, readiness },
+      services: { verifyToken: createTokenVerifier(auth), idempotency: new IdempotencyKeys(pool, () => listener.session), commands, queries, readiness },
       auth,
       databaseUrl,
       pool,

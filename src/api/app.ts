@@ -105,18 +105,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       if (!parsed.success) throw new ServiceError('validation_error', 'invalid parameters', zodDetails(parsed.error, 'params'));
       const key = operation.kind === 'command' ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
       const requestHash = key === undefined ? undefined : IdempotencyKeys.hash(query, params);
-      let appendAttempted = false;
       const caller: Caller = {
         subject: principal.subject,
         organizations: principal.organizations,
         requestId: request.id,
-        ...(key === undefined
+        ...(key === undefined || requestHash === undefined
           ? {}
           : {
-              idempotencySeed: JSON.stringify([principal.subject, key, requestHash]),
-              onAppendAttempt: () => {
-                appendAttempted = true;
-              },
+              commandId: IdempotencyKeys.commandId(principal.subject, key, requestHash),
             }),
       };
       const run = async () => ({
@@ -142,14 +138,17 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       } catch (error) {
         const serviceError = toServiceError(error);
         const status = statusOf[serviceError.code];
-        if (status < 500) await claim.complete({ status, body: errorBody(serviceError, request.id) });
-        // An append may have landed: the key stays taken until its claim lapses, and a retry then
-        // runs again and converges on the same record (ids derive from the key).
-        else if (appendAttempted) claim.abandon();
-        else await claim.release();
+        // After a 5xx the key is given back: a retry runs at once and, if the events did land,
+        // answers what they did (they carry the command's id).
+        await (status < 500 ? claim.complete({ status, body: errorBody(serviceError, request.id) }) : claim.release()).catch((keyError: unknown) =>
+          request.log.warn({ err: (keyError as Error).message }, 'could not record the outcome of a keyed request; a retry finds it in the events'),
+        );
         throw error;
       }
-      await claim.complete({ status: 200, body });
+      // The command's events are stored: its answer stands even if keeping it for replays fails.
+      await claim.complete({ status: 200, body }).catch((keyError: unknown) =>
+        request.log.warn({ err: (keyError as Error).message }, 'could not keep the answer of a keyed request; a retry finds it in the events'),
+      );
       return body;
     },
   });

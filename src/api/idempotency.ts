@@ -2,14 +2,14 @@ import { createHash, randomUUID } from 'node:crypto';
 import type { Pool } from '../infra/postgres.js';
 import { ServiceError } from '../errors.js';
 
-/**
- * Answers are kept for a day. A request still processing renews its claim every few seconds; a
- * claim not renewed for `abandonedAfterSeconds` belonged to a process that died, and a retry may
- * take it over.
- */
+/** Answers are kept for a day. */
 const retentionHours = 24;
-const heartbeatMs = 5000;
-const abandonedAfterSeconds = 30;
+
+/**
+ * The database session that stands for a live instance (its LISTEN connection): a claim belongs to
+ * it, and is free the moment that session ends, which it does when the process dies.
+ */
+export type ClaimHolder = () => { pid: number; startedAt: string } | undefined;
 
 export const idempotencySchema = `
 CREATE TABLE IF NOT EXISTS idempotency_keys (
@@ -17,7 +17,8 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
   key text NOT NULL,
   request_hash text NOT NULL,
   claim uuid NOT NULL,
-  heartbeat_at timestamptz NOT NULL DEFAULT now(),
+  holder_pid int,
+  holder_started timestamptz,
   response_status int,
   -- json, not jsonb: a replay keeps the field order of the first answer.
   response_body json,
@@ -25,17 +26,21 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
   PRIMARY KEY (subject, key)
 );
 CREATE INDEX IF NOT EXISTS idempotency_keys_by_age ON idempotency_keys (created_at);
+ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS holder_pid int;
+ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS holder_started timestamptz;
+ALTER TABLE idempotency_keys DROP COLUMN IF EXISTS heartbeat_at;
 `;
 
 export type StoredResponse = { status: number; body: unknown };
 
-/** A key this request holds: it renews the claim while the command runs, then completes or releases it. */
+/** A key this request holds while its command runs; it then keeps the answer or gives the key back. */
 export type Claim = {
   complete(response: StoredResponse): Promise<void>;
-  /** Gives the key back so a retry runs again; only safe when the command had no effect. */
+  /**
+   * Gives the key back so a retry runs at once. Safe whatever the command did: a keyed command's
+   * events carry its id, so a retry answers what was stored instead of doing it again.
+   */
   release(): Promise<void>;
-  /** Stops renewing: after a failure whose effect is unknown, a retry may take over once the claim lapses. */
-  abandon(): void;
 };
 
 const validKey = /^[\x21-\x7e]{1,255}$/;
@@ -43,12 +48,18 @@ const validKey = /^[\x21-\x7e]{1,255}$/;
 /**
  * `Idempotency-Key` on commands (contract §2): the first request with a key runs and its answer is
  * kept per caller; a repeat with the same request gets that answer again, a repeat while the first
- * still runs gets 409 `conflict`, and the same key with a different request gets 422.
+ * still runs gets 409 `conflict`, and the same key with a different request gets 422. A claim whose
+ * holder's database session is gone (the instance died, or PostgreSQL restarted) is taken over at
+ * once by a retry. This table only saves work and answers 409: that a command runs once rests on
+ * its events, which carry the keyed request's id (src/write/execute.ts).
  */
 export class IdempotencyKeys {
   private lastPurge = 0;
 
-  constructor(private readonly pool: Pool) {}
+  constructor(
+    private readonly pool: Pool,
+    private readonly holder: ClaimHolder,
+  ) {}
 
   static parseKey(header: string | string[] | undefined): string | undefined {
     if (header === undefined) return undefined;
@@ -60,6 +71,11 @@ export class IdempotencyKeys {
 
   static hash(query: string, params: unknown): string {
     return createHash('sha256').update(JSON.stringify([query, params])).digest('hex');
+  }
+
+  /** The id of one caller's keyed request, which its events carry (EventMetadata.command_id). */
+  static commandId(subject: string, key: string, requestHash: string): string {
+    return createHash('sha256').update(JSON.stringify([subject, key, requestHash])).digest('base64url');
   }
 
   /** Claims the key for this request, or returns the answer to replay. */
@@ -76,21 +92,24 @@ export class IdempotencyKeys {
 
   private async tryBegin(subject: string, key: string, requestHash: string): Promise<{ claim: Claim } | { replay: StoredResponse } | 'retry'> {
     const claim = randomUUID();
+    const holder = this.holder();
     const { rows } = await this.pool.query<{ claimed: boolean; request_hash: string; response_status: number | null; response_body: unknown }>(
       `WITH claimed AS (
-         INSERT INTO idempotency_keys AS k (subject, key, request_hash, claim) VALUES ($1, $2, $3, $4)
+         INSERT INTO idempotency_keys AS k (subject, key, request_hash, claim, holder_pid, holder_started)
+         VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT (subject, key) DO UPDATE SET request_hash = excluded.request_hash, claim = excluded.claim,
-           heartbeat_at = now(), response_status = NULL, response_body = NULL, created_at = now()
+           holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
+           response_status = NULL, response_body = NULL, created_at = now()
          WHERE k.created_at < now() - make_interval(hours => ${retentionHours})
             OR (k.response_status IS NULL AND k.request_hash = excluded.request_hash
-                AND k.heartbeat_at < now() - make_interval(secs => ${abandonedAfterSeconds}))
+                AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = k.holder_pid AND a.backend_start = k.holder_started))
          RETURNING true AS claimed, request_hash, response_status, response_body
        )
        SELECT * FROM claimed
        UNION ALL
        SELECT false, request_hash, response_status, response_body FROM idempotency_keys
        WHERE subject = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`,
-      [subject, key, requestHash, claim],
+      [subject, key, requestHash, claim, holder?.pid ?? null, holder?.startedAt ?? null],
     );
     const row = rows[0];
     if (!row) return 'retry';
@@ -106,13 +125,8 @@ export class IdempotencyKeys {
 
   private holdClaim(subject: string, key: string, claim: string): Claim {
     const owned = 'subject = $1 AND key = $2 AND claim = $3';
-    const heartbeat = setInterval(() => {
-      this.pool.query(`UPDATE idempotency_keys SET heartbeat_at = now() WHERE ${owned}`, [subject, key, claim]).catch(() => undefined);
-    }, heartbeatMs);
-    heartbeat.unref();
     return {
       complete: async (response) => {
-        clearInterval(heartbeat);
         await this.pool.query(`UPDATE idempotency_keys SET response_status = $4, response_body = $5 WHERE ${owned}`, [
           subject,
           key,
@@ -122,10 +136,8 @@ export class IdempotencyKeys {
         ]);
       },
       release: async () => {
-        clearInterval(heartbeat);
         await this.pool.query(`DELETE FROM idempotency_keys WHERE ${owned} AND response_status IS NULL`, [subject, key, claim]);
       },
-      abandon: () => clearInterval(heartbeat),
     };
   }
 

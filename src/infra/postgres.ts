@@ -63,11 +63,20 @@ export class PgListener {
   private readonly notifying = new Set<string>();
   private readonly notifyAgain = new Set<string>();
   private retryDelayMs = 100;
+  private sessionIdentity: { pid: number; startedAt: string } | undefined;
 
   constructor(
     private readonly connectionString: string,
     private readonly logger: Logger,
   ) {}
+
+  /**
+   * This connection's database session while it is up: it ends when the process dies, so whatever
+   * is tied to it (an idempotency claim) is free at once for another instance.
+   */
+  get session(): { pid: number; startedAt: string } | undefined {
+    return this.client ? this.sessionIdentity : undefined;
+  }
 
   async start(): Promise<void> {
     await this.connect();
@@ -131,6 +140,10 @@ export class PgListener {
     client.on('end', lost);
     await client.connect();
     await client.query('SET synchronous_commit = off');
+    const { rows } = await client.query<{ pid: number; started_at: string }>(
+      'SELECT pid, backend_start::text AS started_at FROM pg_stat_activity WHERE pid = pg_backend_pid()',
+    );
+    this.sessionIdentity = rows[0] && { pid: rows[0].pid, startedAt: rows[0].started_at };
     for (const channel of this.handlers.keys()) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
     this.client = client;
     this.retryDelayMs = 100;

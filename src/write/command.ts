@@ -6,6 +6,8 @@ export type CommandContext = {
   actor: string;
   requestId: string;
   now: Timestamp;
+  /** The keyed request this command executes, if any (EventMetadata.command_id). */
+  commandId?: string | undefined;
 };
 
 /** Wraps a decided event with its metadata; its time is strictly after the record's previous change. */
@@ -21,6 +23,7 @@ export function envelope<E extends DomainEvent>(
       request_id: context.requestId,
       occurred_at: nextTimestamp(context.now, previousChange),
       schema_version: currentSchemaVersion,
+      ...(context.commandId === undefined ? {} : { command_id: context.commandId }),
     },
   };
 }

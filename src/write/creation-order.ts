@@ -20,9 +20,22 @@ export class CreationOrder {
     return () => this.inFlight.delete(creation);
   }
 
-  /** The furthest position among creations that took an earlier time, once they have all appended. */
-  async earlierAppended(createdAt: Timestamp): Promise<GlobalPosition | undefined> {
+  /**
+   * The furthest position among creations that took an earlier time, once they have all appended,
+   * or, after `timeoutMs`, among those that have (the rest still count as not appended).
+   */
+  async earlierAppended(createdAt: Timestamp, timeoutMs: number): Promise<GlobalPosition | undefined> {
     const earlier = [...this.inFlight].filter((creation) => creation.createdAt < createdAt);
-    return latestPosition(await Promise.all(earlier.map((creation) => creation.appended)));
+    const appended: (GlobalPosition | undefined)[] = [];
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, timeoutMs);
+    });
+    try {
+      await Promise.race([Promise.all(earlier.map((creation) => creation.appended.then((position) => void appended.push(position)))), timedOut]);
+    } finally {
+      clearTimeout(timer);
+    }
+    return latestPosition(appended);
   }
 }

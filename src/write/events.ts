@@ -57,6 +57,11 @@ export type EventMetadata = {
   request_id: string;
   occurred_at: Timestamp;
   schema_version: number;
+  /**
+   * Set when the request carried an `Idempotency-Key`: one id per caller, key and request. A retry
+   * finds what the first execution did in the record's own events, whatever else was lost.
+   */
+  command_id?: string;
 };
 
 /** A domain event with its metadata, as deciders emit them and folds read them. */

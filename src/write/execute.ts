@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { unavailable } from '../errors.js';
+import { ServiceError, unavailable } from '../errors.js';
 import { StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { DomainEvent, Envelope } from './events.js';
 import { upcast } from './upcast.js';
@@ -12,6 +12,9 @@ export type Decider<Command, State, Event extends DomainEvent> = {
 
 export type Outcome<State> = { state: State; position: GlobalPosition | undefined };
 
+/** Who asks: the request, and with an Idempotency-Key the keyed request's id (EventMetadata.command_id). */
+export type CommandRequest = { requestId: string; commandId?: string | undefined };
+
 const maxAttempts = 30;
 
 export async function loadState<State, Event extends DomainEvent>(
@@ -19,43 +22,85 @@ export async function loadState<State, Event extends DomainEvent>(
   streamName: string,
   decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
 ): Promise<{ state: State; version: bigint }> {
-  const events = await store.readStream(streamName);
-  const state = events.reduce((current, event) => decider.evolve(current, upcast(event) as Envelope<Event>), decider.initialState);
-  return { state, version: BigInt(events.length) };
+  const { events } = await loadEvents(store, streamName);
+  return { state: fold(decider, events), version: BigInt(events.length) };
+}
+
+async function loadEvents(store: EventStore, streamName: string) {
+  const recorded = await store.readStream(streamName);
+  return { events: recorded.map((event) => upcast(event)), positions: recorded.map((event) => event.position) };
+}
+
+const fold = <State, Event extends DomainEvent>(decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>, events: Envelope[]) =>
+  events.reduce((current, event) => decider.evolve(current, event as Envelope<Event>), decider.initialState);
+
+/** Where the keyed request's events sit in the stream, if it already ran: they are appended together. */
+function executedAt(events: Envelope[], commandId: string | undefined): { first: number; last: number } | undefined {
+  if (commandId === undefined) return undefined;
+  const first = events.findIndex((event) => event.metadata.command_id === commandId);
+  if (first < 0) return undefined;
+  let last = first;
+  while (events[last + 1]?.metadata.command_id === commandId) last += 1;
+  return { first, last };
 }
 
 /**
  * Loads the stream, decides, and appends with the expected version; on a conflict it reloads and
  * decides again, so concurrent commands on one record never lose each other's changes.
  * `commandFor` builds the command from the current state (access checks go there) on every attempt.
+ *
+ * A keyed request whose events are already in the stream (its answer was lost, its instance died,
+ * or a retry ran beside it) is not decided again: it answers with the record as those events left
+ * it, after the same access checks against the state they were decided on.
  */
 export async function execute<Command, State, Event extends DomainEvent>(
   store: EventStore,
   streamName: string,
   decider: Decider<Command, State, Event>,
-  request: { requestId: string; onAppendAttempt?: (() => void) | undefined },
+  request: CommandRequest,
   commandFor: (state: State) => Command | Promise<Command>,
 ): Promise<Outcome<State>> {
   for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-    const { state, version } = await loadState(store, streamName, decider);
+    const { events: stored, positions } = await loadEvents(store, streamName);
+    const executed = executedAt(stored, request.commandId);
+    if (executed) {
+      await commandFor(fold(decider, stored.slice(0, executed.first)));
+      return { state: fold(decider, stored.slice(0, executed.last + 1)), position: positions[executed.last] };
+    }
+    const state = fold(decider, stored);
+    const version = BigInt(stored.length);
     const events = decider.decide(await commandFor(state), state);
     if (events.length === 0) return { state, position: undefined };
     const newEvents = events.map((event, index) => ({
-      id: eventId(request.requestId, streamName, version, index, event),
+      id: eventId(request.commandId ?? request.requestId, streamName, version, index, event),
       type: event.type,
       data: event.data,
       metadata: event.metadata,
     }));
-    request.onAppendAttempt?.();
     try {
       const { position } = await store.append(streamName, version, newEvents);
       return { state: events.reduce(decider.evolve, state), position };
     } catch (error) {
-      if (!(error instanceof StreamVersionConflict)) throw error;
+      if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
       await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
     }
   }
   throw unavailable('the record is being changed by too many requests at once; try again');
+}
+
+/**
+ * The store failed while the write was on its way: it may or may not have been stored (contract
+ * §11). The 503 says so, so that a client retries with the same Idempotency-Key or checks first.
+ */
+function outcomeUnknown(cause: unknown): ServiceError {
+  const error = new ServiceError('unavailable', 'the event store stopped answering during the write; the change may have been applied', [
+    {
+      path: 'request',
+      message: 'outcome unknown: retry with the same Idempotency-Key (it answers what was done), or read the record before retrying without one',
+    },
+  ]);
+  error.cause = cause;
+  return error;
 }
 
 /**

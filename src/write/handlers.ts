@@ -19,10 +19,11 @@ export type Caller = {
   subject: string;
   organizations: ReadonlySet<string>;
   requestId: string;
-  /** With an Idempotency-Key: new record ids derive from it, so a re-run creates the same record. */
-  idempotencySeed?: string;
-  /** Told before an append is attempted: from then on the command may have had an effect. */
-  onAppendAttempt?: () => void;
+  /**
+   * With an Idempotency-Key: the id of this caller's keyed request. The command's events carry it,
+   * so a retry answers what was done instead of doing it again, and new record ids derive from it.
+   */
+  commandId?: string;
 };
 
 export type CommandHandlerDeps = {
@@ -30,8 +31,10 @@ export type CommandHandlerDeps = {
   cascade: CascadeWorker;
   clock: () => Timestamp;
   newId: (prefix: 'ws_' | 'sol_', seed?: string) => string;
-  /** Resolves once the projection has applied `position` or the wait timed out (contract §11). */
-  awaitProjection: (position: GlobalPosition) => Promise<void>;
+  /** Resolves once the projection has applied `position`, or after `timeoutMs` (contract §11). */
+  awaitProjection: (position: GlobalPosition, timeoutMs: number) => Promise<void>;
+  /** All a command may wait, in total, after its events are stored (PROJECTION_WAIT_MS). */
+  projectionWaitMs: number;
   logger: Logger;
 };
 
@@ -54,6 +57,23 @@ export type UpdateSolutionParams = {
 };
 
 /**
+ * What one command may still wait, across every wait it chains (earlier creations, the
+ * projection): contract §11 bounds the total by PROJECTION_WAIT_MS.
+ */
+class WaitBudget {
+  constructor(private remainingMs: number) {}
+
+  async spend<T>(wait: (timeoutMs: number) => Promise<T>): Promise<T> {
+    const started = Date.now();
+    try {
+      return await wait(this.remainingMs);
+    } finally {
+      this.remainingMs = Math.max(0, this.remainingMs - (Date.now() - started));
+    }
+  }
+}
+
+/**
  * The write side's entry points: each loads a record's stream, decides, appends, and answers once
  * the projection has applied the result. Records of organizations the caller cannot access are
  * reported exactly like missing ones.
@@ -67,7 +87,7 @@ export class CommandHandlers {
     if (!caller.organizations.has(params.organization_id)) {
       throw new ServiceError('forbidden', 'the token does not grant access to this organization');
     }
-    const id = this.deps.newId('ws_', caller.idempotencySeed);
+    const id = this.deps.newId('ws_', caller.commandId);
     const outcome = await this.createInOrder(workspaceStream(id), workspaceDecider, caller, (context) => ({
       type: 'CreateWorkspace' as const,
       id,
@@ -77,7 +97,7 @@ export class CommandHandlers {
       attributes: params.attributes,
       context,
     }));
-    return this.settled(outcome, (state) => (state.status === 'active' ? state.workspace : undefined));
+    return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
   }
 
   async updateWorkspace(params: UpdateWorkspaceParams, caller: Caller): Promise<Workspace> {
@@ -85,7 +105,8 @@ export class CommandHandlers {
       if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
       return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
     });
-    return this.settled(outcome, (state) => (state.status === 'active' ? state.workspace : undefined));
+    await this.awaitProjection(outcome.position);
+    return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
   }
 
   async deleteWorkspace(id: string, caller: Caller): Promise<{ id: string }> {
@@ -105,7 +126,7 @@ export class CommandHandlers {
 
   async createSolution(params: CreateSolutionParams, caller: Caller): Promise<Solution> {
     const workspace = await this.activeWorkspace(params.workspace_id, caller);
-    const id = this.deps.newId('sol_', caller.idempotencySeed);
+    const id = this.deps.newId('sol_', caller.commandId);
     const outcome = await this.createInOrder(solutionStream(id), solutionDecider, caller, (context) => ({
       type: 'CreateSolution' as const,
       id,
@@ -118,8 +139,7 @@ export class CommandHandlers {
       context,
     }));
     await this.ensureParentSurvived(workspace.id, 'workspace');
-    if (outcome.state.status !== 'active') throw new ServiceError('internal_error', 'created solution is not active');
-    return outcome.state.solution;
+    return this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
   }
 
   async updateSolution(params: UpdateSolutionParams, caller: Caller): Promise<Solution> {
@@ -127,7 +147,8 @@ export class CommandHandlers {
       if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
       return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
     });
-    const solution = await this.settled(outcome, (state) => (state.status === 'active' ? state.solution : undefined));
+    await this.awaitProjection(outcome.position);
+    const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
     await this.ensureParentSurvived(solution.workspace_id, 'solution');
     return solution;
   }
@@ -144,10 +165,15 @@ export class CommandHandlers {
   /**
    * The workspace may have been deleted between the check before the append and the append: then
    * the solution never shows again and the cascade deletes it, so the change is answered as not found.
+   * If the store cannot tell, the change is answered as done: its events are stored (contract §11),
+   * and the cascade removes the solution if the workspace did go.
    */
   private async ensureParentSurvived(workspaceId: string, what: string): Promise<void> {
-    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider);
-    if (parent.state.status === 'active') return;
+    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider).catch((error: unknown) => {
+      this.deps.logger.warn({ err: (error as Error).message, workspaceId }, 'could not check the workspace after a stored change; answering it as done');
+      return undefined;
+    });
+    if (!parent || parent.state.status === 'active') return;
     await this.deps.cascade.drainWorkspace(workspaceId).catch(() => this.deps.cascade.drainAll());
     throw notFound(what);
   }
@@ -177,8 +203,9 @@ export class CommandHandlers {
     );
     try {
       const outcome = await appending;
-      const earlier = await this.creationOrder.earlierAppended(context.now);
-      await this.awaitProjection(latestPosition([outcome.position, earlier]));
+      const budget = new WaitBudget(this.deps.projectionWaitMs);
+      const earlier = await budget.spend((timeoutMs) => this.creationOrder.earlierAppended(context.now, timeoutMs));
+      await budget.spend((timeoutMs) => this.awaitProjection(latestPosition([outcome.position, earlier]), timeoutMs));
       return outcome;
     } finally {
       untrack();
@@ -186,19 +213,15 @@ export class CommandHandlers {
   }
 
   private context(caller: Caller): CommandContext {
-    return { actor: caller.subject, requestId: caller.requestId, now: this.deps.clock() };
+    return { actor: caller.subject, requestId: caller.requestId, now: this.deps.clock(), commandId: caller.commandId };
   }
 
-  private async awaitProjection(position: GlobalPosition | undefined): Promise<void> {
-    if (position) await this.deps.awaitProjection(position);
+  private async awaitProjection(position: GlobalPosition | undefined, timeoutMs = this.deps.projectionWaitMs): Promise<void> {
+    if (position) await this.deps.awaitProjection(position, timeoutMs);
   }
 
-  private async settled<State, Record>(
-    outcome: { state: State; position: GlobalPosition | undefined },
-    record: (state: State) => Record | undefined,
-  ): Promise<Record> {
-    await this.awaitProjection(outcome.position);
-    const result = record(outcome.state);
+  private settled<State, Record>(state: State, record: (state: State) => Record | undefined): Record {
+    const result = record(state);
     if (!result) throw new ServiceError('internal_error', 'command left no active record');
     return result;
   }
