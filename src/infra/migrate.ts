@@ -1,5 +1,6 @@
 import { idempotencySchema } from '../api/idempotency.js';
 import { postgresEventStoreSchema } from '../eventstore/postgres.js';
+import { projectorLeaderSchema } from '../projections/runner.js';
 import { readModelSchema } from '../projections/schema.js';
 import { inTransaction, type Pool } from './postgres.js';
 
@@ -11,6 +12,7 @@ export async function migrate(pool: Pool, options: { eventStore: boolean }): Pro
     await client.query('SELECT pg_advisory_xact_lock($1)', [migrationLockKey]);
     if (options.eventStore) await client.query(postgresEventStoreSchema);
     await client.query(readModelSchema);
+    await client.query(projectorLeaderSchema);
     await client.query(idempotencySchema);
   });
 }

@@ -11,6 +11,22 @@ import { advanceCheckpoint, loadRows, readCheckpoint, writeChanges } from './tab
 /** Key of the session advisory lock that makes exactly one projector active across instances. */
 const projectorLockKey = 7_720_411_903;
 
+/**
+ * The active projector's sign of life: it renews `renewed_at` as it works. A process that is alive
+ * but stuck (frozen, paused, starved) keeps its session and so its lock; a standby that sees no
+ * renewal for `staleAfterMs` ends that session, which frees the lock and aborts whatever
+ * transaction the stuck projector had open, so it can never write after it wakes.
+ */
+export const projectorLeaderSchema = `
+CREATE TABLE IF NOT EXISTS projector_leader (
+  name text PRIMARY KEY,
+  pid int NOT NULL,
+  backend_start timestamptz NOT NULL,
+  renewed_at timestamptz NOT NULL
+);
+`;
+const projectorName = 'read_model';
+
 export type ProjectionRunnerOptions = {
   connectionString: string;
   store: EventStore;
@@ -19,6 +35,10 @@ export type ProjectionRunnerOptions = {
   batchSize?: number;
   /** How often a standby instance tries to take over. */
   standbyRetryMs?: number;
+  /** The active projector renews its sign of life at least this often... */
+  renewEveryMs?: number;
+  /** ...and a standby replaces it after this long without one. */
+  staleAfterMs?: number;
   /** Idle polling starts here and doubles up to `maxIdlePollMs` while no notification arrives. */
   minIdlePollMs?: number;
   maxIdlePollMs?: number;
@@ -69,9 +89,11 @@ export class ProjectionRunner {
         while (!this.abort.signal.aborted) {
           const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [projectorLockKey]);
           if (rows[0]?.locked) break;
-          await this.sleep(this.options.standbyRetryMs ?? 1000);
+          await this.replaceStuckLeader(client);
+          await this.sleep(this.options.standbyRetryMs ?? 500);
         }
         if (this.abort.signal.aborted) break;
+        await this.renew(client, true);
         this.active = true;
         logger.info('projector active');
         await this.project(client);
@@ -95,6 +117,7 @@ export class ProjectionRunner {
     this.options.onCascadesPending?.();
     let idlePollMs = minIdlePollMs;
     while (!this.abort.signal.aborted) {
+      await this.renew(client);
       const events = await store.readAll(checkpoint, batchSize);
       if (events.length === 0) {
         await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
@@ -130,6 +153,41 @@ export class ProjectionRunner {
       await client.query('ROLLBACK').catch(() => undefined);
       throw error;
     }
+  }
+
+  private lastRenewal = 0;
+
+  /** Renews the sign of life (at most every `renewEveryMs`); a leader that was replaced finds out here. */
+  private async renew(client: pg.Client, claim = false): Promise<void> {
+    if (!claim && Date.now() - this.lastRenewal < (this.options.renewEveryMs ?? 500)) return;
+    const { rowCount } = await client.query(
+      claim
+        ? `INSERT INTO projector_leader (name, pid, backend_start, renewed_at)
+           SELECT $1, pid, backend_start, now() FROM pg_stat_activity WHERE pid = pg_backend_pid()
+           ON CONFLICT (name) DO UPDATE SET pid = excluded.pid, backend_start = excluded.backend_start, renewed_at = now()`
+        : 'UPDATE projector_leader SET renewed_at = now() WHERE name = $1 AND pid = pg_backend_pid()',
+      [projectorName],
+    );
+    if (rowCount !== 1) throw new LostLeadership('another projector took over');
+    this.lastRenewal = Date.now();
+  }
+
+  /**
+   * The lock is held, so its holder's session is alive; if that holder has not renewed for
+   * `staleAfterMs`, it is stuck: its session is ended, and the lock is free at the next try.
+   */
+  private async replaceStuckLeader(client: pg.Client): Promise<void> {
+    const staleAfterMs = this.options.staleAfterMs ?? 2500;
+    const { rows } = await client.query<{ pid: number; silent_ms: number }>(
+      `SELECT l.pid, (extract(epoch FROM now() - l.renewed_at) * 1000)::int AS silent_ms
+       FROM projector_leader l JOIN pg_stat_activity a ON a.pid = l.pid AND a.backend_start = l.backend_start
+       WHERE l.name = $1 AND l.renewed_at < now() - make_interval(secs => $2::float8 / 1000)`,
+      [projectorName, staleAfterMs],
+    );
+    const stuck = rows[0];
+    if (!stuck) return;
+    this.options.logger.warn({ pid: stuck.pid, silentMs: stuck.silent_ms }, 'the active projector stopped renewing; ending its session to take over');
+    await client.query('SELECT pg_terminate_backend($1)', [stuck.pid]);
   }
 
   private sleep(ms: number): Promise<void> {
