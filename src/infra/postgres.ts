@@ -12,6 +12,8 @@ export type PoolClient = pg.PoolClient;
  * read watermark for every reader.
  */
 export const connectionSettings = {
+  // Tells an operator (and pg_stat_activity) which process holds a connection.
+  application_name: `workspace-solution-api pid ${process.pid}`,
   keepAlive: true,
   connectionTimeoutMillis: 5000,
   options: '-c idle_in_transaction_session_timeout=60000 -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3',

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mintToken } from '../../src/api/tokens.js';
 import { freePort } from '../../src/infra/embedded-postgres.js';
-import { testSecret } from './service.js';
+import { testSecret } from './secret.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 

@@ -6,9 +6,11 @@ import { mintToken } from '../../src/api/tokens.js';
 import { parseConfig } from '../../src/config.js';
 import { startRuntime, type Runtime, type RuntimeOptions } from '../../src/runtime.js';
 import { createTestDatabase } from './database.js';
+import { testSecret } from './secret.js';
+
+export { testSecret };
 import { eventStoreUrlFor, prepareReadDatabase } from './event-store.js';
 
-export const testSecret = 'test-secret-that-is-long-enough-for-hs256!';
 
 export type TestService = {
   url: string;

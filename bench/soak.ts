@@ -1,0 +1,257 @@
+/**
+ * `npm run soak`: two service processes on one PostgreSQL under mixed load, broken the way an
+ * operator would break them, bounded in time, and then checked. What it measures is
+ * probabilistic, so it is a command and not a test (the crash tests in test/e2e/crashes.e2e.test.ts
+ * are its deterministic counterparts).
+ *
+ * Load: clients create, update and delete their own workspaces; a third of the commands carry an
+ * Idempotency-Key and are retried with it, on either instance, until they are answered.
+ * Faults, in turn: `kill -9` of an instance (restarted), `SIGSTOP` of the projector leader for
+ * 10 s, every service connection terminated. Then: events doubled by a keyed retry (must be 0),
+ * `projections:verify` differences (must be 0), and the figures below.
+ *
+ *   npm run soak -- [--seconds 60] [--event-store postgres|eventstoredb] [--clients 8] [--seed 1]
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { pino } from 'pino';
+import { EventStoreDBEventStore } from '../src/eventstore/eventstoredb.js';
+import { startOfLog, type EventStore } from '../src/eventstore/port.js';
+import { PostgresEventStore } from '../src/eventstore/postgres.js';
+import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
+import { createPool, PgListener } from '../src/infra/postgres.js';
+import { actualReadModel, compareReadModels, expectedReadModel } from '../src/projections/verify.js';
+import { EventStoreDBStandIn } from '../test/support/eventstoredb-standin/index.js';
+import { seededRandom } from '../test/support/generate.js';
+import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
+
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '60' },
+    'event-store': { type: 'string', default: 'postgres' },
+    clients: { type: 'string', default: '8' },
+    seed: { type: 'string', default: '1' },
+  },
+});
+const seconds = Number(values.seconds);
+const clients = Number(values.clients);
+const onEventStoreDB = values['event-store'] === 'eventstoredb';
+if (!['postgres', 'eventstoredb'].includes(values['event-store']!) || !(seconds > 0) || !(clients > 0)) {
+  process.stderr.write('usage: npm run soak -- [--seconds 60] [--event-store postgres|eventstoredb] [--clients 8] [--seed 1]\n');
+  process.exit(2);
+}
+const random = seededRandom(Number(values.seed));
+const org = 'org_soak';
+const projectionWaitMs = 5000;
+const logger = pino({ level: 'silent' });
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// PostgreSQL: DATABASE_URL, or an embedded one of its own; the event store: it, or the stand-in.
+const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-soak-'));
+const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(dataDir, logger);
+const adminUrl = process.env.DATABASE_URL ?? embedded!.url;
+const databaseName = `soak_${Date.now()}`;
+const admin = new pg.Client({ connectionString: adminUrl });
+await admin.connect();
+await admin.query(`CREATE DATABASE ${databaseName}`);
+await admin.end();
+const databaseUrl = Object.assign(new URL(adminUrl), { pathname: `/${databaseName}` }).toString();
+const standIn = onEventStoreDB ? await EventStoreDBStandIn.start() : undefined;
+const where = { databaseUrl, eventStoreUrl: standIn?.url };
+
+const instances: ServiceProcess[] = [await startServiceProcess({ ...where, env: { PROJECTION_WAIT_MS: String(projectionWaitMs) } })];
+instances.push(await startServiceProcess({ ...where, env: { PROJECTION_WAIT_MS: String(projectionWaitMs) } }));
+const token = await instances[0]!.token([org], 'soak-client');
+const database = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+
+/** Processes frozen now: a call to one of them waits for the process, not for the service, and is not counted as a wait. */
+const frozen = new Set<ServiceProcess>();
+
+type Answer = { status: number; body: any; ms: number; toFrozen: boolean };
+async function call(instance: ServiceProcess, query: string, params: unknown, key?: string): Promise<Answer> {
+  const started = performance.now();
+  let toFrozen = frozen.has(instance);
+  const watch = setInterval(() => (toFrozen ||= frozen.has(instance)), 20);
+  try {
+    const response = await fetch(`${instance.url}/api`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, ...(key ? { 'idempotency-key': key } : {}) },
+      body: JSON.stringify({ query, params }),
+      signal: AbortSignal.timeout(30_000),
+    });
+    return { status: response.status, body: await response.json(), ms: performance.now() - started, toFrozen };
+  } catch {
+    return { status: 0, body: undefined, ms: performance.now() - started, toFrozen };
+  } finally {
+    clearInterval(watch);
+  }
+}
+
+const figures = {
+  commands: 0,
+  keyedCommands: 0,
+  keyedRetries: 0,
+  unanswered: 0,
+  /** The longest time from a keyed command's first failed attempt to its answer. */
+  longestKeyedRecoveryMs: 0,
+  /** The longest a successful command took on an instance that was not frozen (its waits are bounded by PROJECTION_WAIT_MS). */
+  longestCommandMs: 0,
+  frozenLeaderReplacedMs: [] as number[],
+  kills: 0,
+  terminations: 0,
+  freezes: 0,
+};
+
+let stopping = false;
+const pick = <T>(items: T[]) => items[Math.floor(random() * items.length)]!;
+const live = () => instances.filter((instance) => instance.child.exitCode === null && instance.child.signalCode === null);
+
+/** A keyed command is repeated with its key, on any instance, until it gets an answer that is not a failure or 409. */
+async function keyedCommand(query: string, params: unknown): Promise<Answer> {
+  const key = `soak-${figures.keyedCommands++}-${Math.floor(random() * 1e9)}`;
+  let firstFailure: number | undefined;
+  for (let attempt = 0; ; attempt++) {
+    const answer = await call(pick(live()), query, params, key);
+    if (answer.status !== 0 && answer.status !== 409 && answer.status < 500) {
+      if (firstFailure !== undefined) figures.longestKeyedRecoveryMs = Math.max(figures.longestKeyedRecoveryMs, performance.now() - firstFailure);
+      return answer;
+    }
+    firstFailure ??= performance.now();
+    figures.keyedRetries += 1;
+    if (performance.now() - firstFailure > 60_000) {
+      figures.unanswered += 1;
+      return answer;
+    }
+    await sleep(100);
+  }
+}
+
+async function client(): Promise<void> {
+  const mine: string[] = [];
+  while (!stopping) {
+    const roll = random();
+    const keyed = random() < 1 / 3;
+    const [query, params] =
+      mine.length === 0 || roll < 0.4
+        ? ['create_workspace', { organization_id: org, name: `soak ${Math.floor(random() * 1e6)}` }]
+        : roll < 0.85
+          ? ['update_workspace', { id: pick(mine), name: `renamed ${Math.floor(random() * 1e6)}`, attributes: { n: Math.floor(random() * 100) } }]
+          : ['delete_workspace', { id: mine.splice(Math.floor(random() * mine.length), 1)[0]! }];
+    figures.commands += 1;
+    const answer = keyed ? await keyedCommand(query, params) : await call(pick(live()), query, params);
+    if (answer.status === 200) {
+      if (!answer.toFrozen) figures.longestCommandMs = Math.max(figures.longestCommandMs, answer.ms);
+      if (query === 'create_workspace') mine.push(answer.body.data.id);
+    }
+  }
+}
+
+async function leaderInstance(): Promise<{ instance: ServiceProcess; pid: number } | undefined> {
+  const { rows } = await database.query<{ pid: number; application_name: string }>(
+    `SELECT l.pid, a.application_name FROM projector_leader l JOIN pg_stat_activity a ON a.pid = l.pid AND a.backend_start = l.backend_start`,
+  );
+  const row = rows[0];
+  // Every connection names the process that holds it (src/infra/postgres.ts, application_name).
+  const instance = row && live().find((candidate) => row.application_name.endsWith(` pid ${candidate.pid}`));
+  return instance && { instance, pid: row.pid };
+}
+
+async function faults(): Promise<void> {
+  const kinds = ['kill', 'freeze', 'terminate'] as const;
+  for (let round = 0; !stopping; round++) {
+    await sleep(6000);
+    if (stopping) return;
+    const kind = kinds[round % kinds.length]!;
+    if (kind === 'kill') {
+      const victim = pick(live());
+      await victim.signal('SIGKILL');
+      figures.kills += 1;
+      instances.splice(instances.indexOf(victim), 1);
+      instances.push(await startServiceProcess({ ...where, env: { PROJECTION_WAIT_MS: String(projectionWaitMs) } }));
+    } else if (kind === 'freeze') {
+      const leader = await leaderInstance();
+      if (!leader) continue;
+      frozen.add(leader.instance);
+      await leader.instance.signal('SIGSTOP');
+      figures.freezes += 1;
+      const frozenAt = performance.now();
+      while (performance.now() - frozenAt < 10_000) {
+        const current = (await database.query<{ pid: number }>('SELECT pid FROM projector_leader')).rows[0]?.pid;
+        if (current !== undefined && current !== leader.pid) {
+          figures.frozenLeaderReplacedMs.push(performance.now() - frozenAt);
+          break;
+        }
+        await sleep(50);
+      }
+      await sleep(Math.max(0, 10_000 - (performance.now() - frozenAt)));
+      await leader.instance.signal('SIGCONT');
+      frozen.delete(leader.instance);
+    } else {
+      await database.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+      figures.terminations += 1;
+    }
+  }
+}
+
+let exitCode = 0;
+try {
+  const load = Array.from({ length: clients }, () => client());
+  const breaking = faults();
+  await sleep(seconds * 1000);
+  stopping = true;
+  await Promise.all([...load, breaking]);
+  await sleep(projectionWaitMs);
+
+  // The checks read the log and the read tables directly, as `projections:verify` does.
+  const pool = createPool(databaseUrl, logger, 4);
+  const listener = new PgListener(databaseUrl, logger);
+  await listener.start();
+  const store: EventStore = standIn ? new EventStoreDBEventStore(standIn.url, { logger }) : new PostgresEventStore(pool, listener);
+  const commandIds = new Map<string, number>();
+  let events = 0;
+  for (let after = startOfLog; ; ) {
+    const page = await store.readAll(after, 1000);
+    if (page.length === 0) break;
+    for (const event of page) {
+      const commandId = (event.metadata as { command_id?: string }).command_id;
+      if (commandId) commandIds.set(commandId, (commandIds.get(commandId) ?? 0) + 1);
+    }
+    events += page.length;
+    after = page[page.length - 1]!.position;
+  }
+  const doubled = [...commandIds.values()].filter((count) => count > 1).length;
+  const differences = compareReadModels(await expectedReadModel(store), await actualReadModel(pool));
+  await store.close();
+  await listener.close();
+  await pool.end();
+
+  const replaced = figures.frozenLeaderReplacedMs;
+  const rows: [string, string][] = [
+    ['event store', onEventStoreDB ? 'EventStoreDB (stand-in)' : 'PostgreSQL'],
+    ['duration', `${seconds} s, ${clients} clients, seed ${values.seed}`],
+    ['commands (keyed)', `${figures.commands} (${figures.keyedCommands})`],
+    ['events in the log', String(events)],
+    ['faults', `${figures.kills} kill -9, ${figures.freezes} SIGSTOP of the leader (10 s), ${figures.terminations} connections terminated`],
+    ['keyed retries', String(figures.keyedRetries)],
+    ['keyed commands never answered', String(figures.unanswered)],
+    ['events doubled by a keyed retry', String(doubled)],
+    ['projections:verify differences', String(differences.length)],
+    ['longest wait from a keyed failure to its answer', `${(figures.longestKeyedRecoveryMs / 1000).toFixed(2)} s`],
+    ['frozen leader replaced after', replaced.length ? replaced.map((ms) => `${(ms / 1000).toFixed(2)} s`).join(', ') : 'no freeze'],
+    ['longest command (instances not frozen)', `${(figures.longestCommandMs / 1000).toFixed(2)} s (PROJECTION_WAIT_MS ${projectionWaitMs / 1000} s)`],
+  ];
+  const width = Math.max(...rows.map(([name]) => name.length));
+  for (const [name, value] of rows) process.stdout.write(`${name.padEnd(width)}  ${value}\n`);
+  for (const difference of differences.slice(0, 10)) process.stdout.write(`  difference: ${difference}\n`);
+  if (doubled > 0 || differences.length > 0 || figures.unanswered > 0) exitCode = 1;
+} finally {
+  await Promise.all(instances.map((instance) => instance.signal('SIGCONT').then(() => instance.signal('SIGKILL'))));
+  await database.end();
+  await standIn?.stop();
+  await embedded?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+process.exit(exitCode);
