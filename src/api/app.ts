@@ -1,12 +1,15 @@
 import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { notFound, ServiceError, type ErrorDetail } from '../errors.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
-import { errorBody, sendError, statusOf, toServiceError } from './errors.js';
+import { errorBody, sendError, sendServiceError, statusOf, toServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
+import { inexactNumbersOf, parseJsonBody } from './json-body.js';
 import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas } from './schemas.js';
@@ -46,6 +49,31 @@ function zodDetails(error: z.ZodError, prefix: string): ErrorDetail[] {
   });
 }
 
+/**
+ * Requests Node's HTTP parser refuses before any route or hook runs (headers over the size limit,
+ * a malformed request line, a request that took too long) get the contract's error body and a
+ * request id too (contract §1), written to the socket, which is then closed.
+ */
+function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || socket.destroyed) return;
+  const [status, message] =
+    error.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'the request headers are too large']
+      : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'the request was not received in time']
+        : [400, 'the request is not valid HTTP'];
+  const requestId = randomUUID();
+  this.log.info({ request_id: requestId, code: error.code }, message);
+  const body = JSON.stringify(errorBody(new ServiceError('bad_request', message), requestId));
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nx-request-id: ${requestId}\r\nConnection: close\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
+}
+
 /** The HTTP application, without a listening port: the server start-up and the tests build it alike. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { services } = options;
@@ -62,10 +90,20 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       return typeof incoming === 'string' && validRequestId.test(incoming) ? incoming : randomUUID();
     },
     return503OnClosing: true,
+    // A path with invalid percent-encoding never reaches a route; it still gets the contract's body.
+    frameworkErrors: (_error, request, reply) => sendServiceError(new ServiceError('bad_request', 'the request path is not valid'), request, reply),
+    clientErrorHandler: answerClientError,
   });
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
 
-  app.removeContentTypeParser(['text/plain']);
+  app.removeContentTypeParser(['text/plain', 'application/json']);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, raw, done) => {
+    try {
+      done(null, parseJsonBody(raw as Buffer));
+    } catch (error) {
+      done(error as Error, undefined);
+    }
+  });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
   });
@@ -102,7 +140,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         throw new ServiceError('forbidden', `the token lacks the scope ${operation.scope}`);
       }
       const parsed = paramsSchemas[query].safeParse(params);
-      if (!parsed.success) throw new ServiceError('validation_error', 'invalid parameters', zodDetails(parsed.error, 'params'));
+      const inexact = inexactNumbersOf(request.body);
+      if (!parsed.success || inexact.length > 0) {
+        throw new ServiceError('validation_error', 'invalid parameters', [...(parsed.success ? [] : zodDetails(parsed.error, 'params')), ...inexact]);
+      }
       const key = operation.kind === 'command' ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
       const requestHash = key === undefined ? undefined : IdempotencyKeys.hash(query, params);
       const caller: Caller = {

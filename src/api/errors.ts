@@ -45,11 +45,17 @@ export function toServiceError(error: unknown): ServiceError {
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   // Unknown paths and methods are 404 whatever their body: a body the router's 404 handler failed
   // to parse (invalid JSON, empty, too large) must not turn it into a 400 or 413 (contract §1).
-  const serviceError = request.is404 ? new ServiceError('not_found', 'no such endpoint') : toServiceError(error);
+  return sendServiceError(request.is404 ? new ServiceError('not_found', 'no such endpoint') : toServiceError(error), request, reply, error);
+}
+
+/** Sends the contract's error body for `serviceError`; `cause` is logged for a 5xx. */
+export function sendServiceError(serviceError: ServiceError, request: FastifyRequest, reply: FastifyReply, cause: unknown = serviceError): FastifyReply {
   const status = statusOf[serviceError.code];
-  if (status >= 500) request.log.error({ err: error }, 'request failed');
+  if (status >= 500) request.log.error({ err: cause }, 'request failed');
   else request.log.info({ code: serviceError.code }, serviceError.message);
   if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');
+  // Also on answers given before the onRequest hook that sets it (a path the router refused).
+  reply.header('x-request-id', request.id);
   return reply.code(status).send(errorBody(serviceError, request.id));
 }
 

@@ -1,0 +1,116 @@
+import { ServiceError, type ErrorDetail } from '../errors.js';
+
+/**
+ * Request bodies as the contract reads them: strictly UTF-8 (§1: invalid bytes are a
+ * `bad_request`, never replaced with U+FFFD), and every number kept exactly as sent. JavaScript
+ * numbers are IEEE doubles, so a number such as 9007199254740993 or 1e-400 would be stored as
+ * another value: such numbers are reported by path and refused as a `validation_error` by the
+ * handler, in the contract's order of checks.
+ */
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** Numbers that would not be stored as sent, by their path in the body (`params.attributes.x`). */
+const inexactNumbers = new WeakMap<object, ErrorDetail[]>();
+
+export function parseJsonBody(raw: Buffer): unknown {
+  let text: string;
+  try {
+    text = strictUtf8.decode(raw);
+  } catch {
+    throw new ServiceError('bad_request', 'the body is not valid UTF-8');
+  }
+  if (text.trim() === '') throw new ServiceError('bad_request', 'the body is empty');
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new ServiceError('bad_request', 'the body is not valid JSON');
+  }
+  if (body !== null && typeof body === 'object' && mayHoldInexactNumbers(text)) {
+    const inexact = findInexactNumbers(text);
+    if (inexact.length > 0) inexactNumbers.set(body, inexact);
+  }
+  return body;
+}
+
+/** The numbers of a parsed body that cannot be kept exactly (empty for most bodies). */
+export function inexactNumbersOf(body: unknown): ErrorDetail[] {
+  return (body !== null && typeof body === 'object' && inexactNumbers.get(body)) || [];
+}
+
+/**
+ * Up to 15 significant digits and no exponent always survive a double; only a longer run of
+ * digits or an exponent can lose anything, so most bodies are not scanned at all.
+ */
+const mayHoldInexactNumbers = (text: string) => /\d{16}|\d[eE]/.test(text);
+
+type Container = { kind: 'object'; key: string } | { kind: 'array'; index: number };
+
+/** Walks valid JSON text, tracking where it is, and checks each number literal. */
+function findInexactNumbers(text: string): ErrorDetail[] {
+  const found: ErrorDetail[] = [];
+  const path: Container[] = [];
+  const where = () =>
+    path.map((container) => (container.kind === 'object' ? container.key : String(container.index))).join('.');
+  let expectKey = false;
+  for (let at = 0; at < text.length; ) {
+    const char = text[at]!;
+    if (char === '"') {
+      const end = endOfString(text, at);
+      if (expectKey) {
+        (path[path.length - 1] as { key: string }).key = JSON.parse(text.slice(at, end)) as string;
+        expectKey = false;
+      }
+      at = end;
+    } else if (char === '{') {
+      path.push({ kind: 'object', key: '' });
+      expectKey = true;
+      at += 1;
+    } else if (char === '[') {
+      path.push({ kind: 'array', index: 0 });
+      at += 1;
+    } else if (char === '}' || char === ']') {
+      path.pop();
+      at += 1;
+    } else if (char === ',') {
+      const top = path[path.length - 1];
+      if (top?.kind === 'array') top.index += 1;
+      else expectKey = true;
+      at += 1;
+    } else if (char === '-' || (char >= '0' && char <= '9')) {
+      const literal = /^-?\d+(\.\d+)?([eE][+-]?\d+)?/.exec(text.slice(at, at + 400))![0];
+      if (!isExact(literal)) found.push({ path: where(), message: 'is a number that cannot be stored exactly as sent; send it as a string' });
+      at += literal.length;
+    } else {
+      at += 1;
+    }
+  }
+  return found;
+}
+
+function endOfString(text: string, start: number): number {
+  for (let at = start + 1; ; at++) {
+    if (text[at] === '\\') at += 1;
+    else if (text[at] === '"') return at + 1;
+  }
+}
+
+/** Whether the double nearest to `literal` has the same decimal value, so it reads back equal. */
+function isExact(literal: string): boolean {
+  const value = Number(literal);
+  return Number.isFinite(value) && sameDecimal(canonical(literal), canonical(String(value)));
+}
+
+/** A decimal literal as sign, significant digits and exponent, so that 1.50e2 and 150 compare equal. */
+function canonical(literal: string): { negative: boolean; digits: string; exponent: number } {
+  const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(literal);
+  if (!match) return { negative: false, digits: literal, exponent: 0 };
+  const [, sign = '', whole = '', fraction = '', exponent = '0'] = match;
+  const all = whole + fraction;
+  const leading = all.length - all.replace(/^0+/, '').length;
+  const digits = all.slice(leading).replace(/0+$/, '');
+  return { negative: sign === '-' && digits !== '', digits, exponent: Number(exponent) + whole.length - leading };
+}
+
+const sameDecimal = (a: ReturnType<typeof canonical>, b: ReturnType<typeof canonical>) =>
+  a.digits === b.digits && (a.digits === '' || (a.negative === b.negative && a.exponent === b.exponent));
