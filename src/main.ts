@@ -49,7 +49,15 @@ async function main(): Promise<void> {
   process.once('SIGTERM', () => void shutdown('SIGTERM'));
   process.once('SIGINT', () => void shutdown('SIGINT'));
 
-  const address = await app.listen({ port: config.port, host: config.host });
+  let address: string;
+  try {
+    address = await app.listen({ port: config.port, host: config.host });
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error;
+    process.stderr.write(`port ${config.port} on ${config.host} is already in use: set PORT to a free port (for example PORT=${config.port + 1} npm start)\n`);
+    await shutdown('EADDRINUSE');
+    process.exit(1);
+  }
   logger.info({ address }, 'listening');
 
   if (!config.databaseUrl && runtime.auth.kind === 'secret' && !config.auth.jwtSecret) {

@@ -3,10 +3,10 @@ import {
   attributes,
   description,
   documentation,
+  instant,
   name,
   organizationId,
   solutionId,
-  timestamp,
   workspaceId,
 } from '../write/values.js';
 
@@ -22,7 +22,7 @@ const paging = { page: pageNumber, size: z.number().int().min(1).max(100) };
 
 /** Parameters per operation; strict, so an unknown parameter is a validation error. */
 export const paramsSchemas = {
-  get_workspace: z.strictObject({ id: workspaceId, as_of: timestamp.optional() }),
+  get_workspace: z.strictObject({ id: workspaceId, as_of: instant.optional() }),
   get_workspace_history: z.strictObject({ id: workspaceId, ...paging }),
   list_workspaces: z.strictObject({ ...paging, organization_id: organizationId.optional() }),
   create_workspace: z.strictObject({
@@ -38,7 +38,7 @@ export const paramsSchemas = {
     attributes: attributes.optional(),
   }),
   delete_workspace: z.strictObject({ id: workspaceId }),
-  get_solution: z.strictObject({ id: solutionId, as_of: timestamp.optional() }),
+  get_solution: z.strictObject({ id: solutionId, as_of: instant.optional() }),
   get_solution_history: z.strictObject({ id: solutionId, ...paging }),
   list_solutions: z.strictObject({
     ...paging,

@@ -6,28 +6,28 @@
  * when there is one). Read straight from the event log through the port, whatever the record's
  * organization: operators are trusted. Long values are shortened unless --full is given.
  */
-import { parseArgs } from 'node:util';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
 import type { Envelope } from '../write/events.js';
 import { upcast } from '../write/upcast.js';
+import { commandLine, usageError } from './arguments.js';
 
-const usage = 'usage: npm run history -- <ws_...|sol_...> [--full]\n';
+const tool = 'npm run history';
+const usage = `usage: npm run history -- <ws_...|sol_...> [--full]
 
-let parsed;
-try {
-  parsed = parseArgs({ options: { full: { type: 'boolean', default: false } }, allowPositionals: true });
-} catch (error) {
-  process.stderr.write(`${(error as Error).message}\n${usage}`);
-  process.exit(2);
-}
+One record's history from the event log, oldest first: version, when, who, the event and what it
+changed. Works for deleted records too. Uses the service's settings (DATABASE_URL or DATA_DIR,
+EVENTSTORE_URL).
+
+  --full      show long values whole instead of shortened
+  -h, --help  this text
+`;
+const parsed = commandLine(tool, usage, { full: { type: 'boolean', default: false } }, true);
 const [id, ...extra] = parsed.positionals;
 const kind = id?.startsWith('ws_') ? 'workspace' : id?.startsWith('sol_') ? 'solution' : undefined;
-if (!id || !kind || extra.length > 0) {
-  process.stderr.write(usage);
-  process.exit(2);
-}
+if (extra.length > 0) usageError(tool, `one record at a time: ${extra.join(' ')} is one too many`);
+if (!id || !kind) usageError(tool, id ? `${id} is not a workspace (ws_...) or solution (sol_...) id` : 'give the id of a workspace or solution');
 
 const { config, logger } = operatorSetup();
 

@@ -6,7 +6,6 @@
  * PostgreSQL on DATA_DIR (shared with a running service), and EVENTSTORE_URL when set.
  * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
  */
-import { parseArgs } from 'node:util';
 import { encodePosition } from '../projections/progress.js';
 import {
   connectOperator,
@@ -15,13 +14,22 @@ import {
   rebuildReadModel,
   type RebuildProgress,
 } from '../projections/rebuild.js';
+import { commandLine, usageError } from './arguments.js';
 
-const { values } = parseArgs({ options: { 'batch-size': { type: 'string', default: '20000' } } });
+const tool = 'npm run projections:rebuild';
+const usage = `usage: npm run projections:rebuild [-- --batch-size <events>]
+
+Rebuilds every read table from the event log while the service keeps answering, then switches
+over in one short transaction. Uses the service's settings: DATABASE_URL or the embedded
+PostgreSQL in DATA_DIR (shared with a running service), and EVENTSTORE_URL when set. Progress
+goes to stderr; Ctrl-C stops after the current batch and leaves the live tables as they were.
+
+  --batch-size <n>  events folded per batch (default: 20000)
+  -h, --help        this text
+`;
+const { values } = commandLine(tool, usage, { 'batch-size': { type: 'string', default: '20000' } });
 const batchSize = Number(values['batch-size']);
-if (!Number.isInteger(batchSize) || batchSize < 1) {
-  process.stderr.write('--batch-size must be a positive whole number\n');
-  process.exit(2);
-}
+if (!Number.isInteger(batchSize) || batchSize < 1) usageError(tool, '--batch-size must be a positive whole number');
 
 const { config, logger } = operatorSetup();
 

@@ -13,6 +13,21 @@ import type { Pool } from '../infra/postgres.js';
 import { connectOperator, oneAtATime, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
 import { readCheckpoint } from '../projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel, type ReadModelSnapshot } from '../projections/verify.js';
+import { commandLine } from './arguments.js';
+
+commandLine(
+  'npm run projections:verify',
+  `usage: npm run projections:verify
+
+Folds every stream of the event log and compares the result with the read tables (records and
+counts), at the tables' own checkpoint. Prints each difference and exits 1 on any; prints
+"no differences" and exits 0 otherwise. Uses the service's settings (DATABASE_URL or DATA_DIR,
+EVENTSTORE_URL).
+
+  -h, --help  this text
+`,
+  {},
+);
 
 const { config, logger } = operatorSetup();
 

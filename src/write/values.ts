@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { invalid } from '../errors.js';
 import { mergePatch, type JsonObject } from './merge-patch.js';
-import { isTimestamp } from './timestamp.js';
+import { isTimestamp, parseInstant } from './timestamp.js';
 
 /** The value rules of contract §4–§6, shared by the API's parameter schemas and the deciders. */
 
@@ -13,8 +13,18 @@ export const organizationId = idSchema('org_', 'an organization');
 export const workspaceId = idSchema('ws_', 'a workspace');
 export const solutionId = idSchema('sol_', 'a solution');
 
-/** An instant in the contract's timestamp form (§8), e.g. for `as_of`. */
+/** An instant in the contract's timestamp form (§8). */
 export const timestamp = z.string().refine(isTimestamp, 'must be a timestamp of the form YYYY-MM-DDTHH:MM:SS.ffffffZ');
+
+/** Any RFC 3339 instant (`as_of`, contract §12), read as the §8 form in UTC. */
+export const instant = z.string().transform((text, context) => {
+  const parsed = parseInstant(text);
+  if (parsed === undefined) {
+    context.addIssue({ code: 'custom', message: 'must be an RFC 3339 instant, such as 2026-11-22T10:00:00Z or 2026-11-22T11:00:00.5+01:00' });
+    return z.NEVER;
+  }
+  return parsed;
+});
 
 const codePoints = (value: string) => [...value].length;
 

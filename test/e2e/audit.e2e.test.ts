@@ -103,7 +103,8 @@ describe('audit history and point-in-time reads (contract §12)', () => {
     expect((await callApi(service, solutionsOnly, 'get_workspace_history', { id: workspace.id, page: 1, size: 10 })).status).toBe(403);
     expect((await callApi(service, solutionsOnly, 'get_solution_history', { id: solution.id, page: 1, size: 10 })).status).toBe(200);
 
-    for (const asOf of ['2026-01-01T00:00:00Z', '2026-02-30T00:00:00.000000Z', 'yesterday', 5]) {
+    // An instant without fractional digits is well-formed since contract §12 was amended (test/e2e/http-edges.e2e.test.ts).
+    for (const asOf of ['2026-01-01T00:00:00.0000000Z', '2026-02-30T00:00:00.000000Z', 'yesterday', 5]) {
       const answer = await callApi(service, alice, 'get_workspace', { id: workspace.id, as_of: asOf });
       expect(answer.status).toBe(400);
       expect(answer.body.error.details[0].path).toBe('params.as_of');

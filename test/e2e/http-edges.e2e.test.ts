@@ -90,3 +90,56 @@ describe('bodies are stored exactly as sent, or refused', () => {
     expect(read.attributes).toEqual({ a: 1500, b: 0.1, c: 123456789012345, d: [1e21, -0.5, 9007199254740991], e: { f: 2.5 } });
   });
 });
+
+describe('as_of takes any RFC 3339 instant, and both reads treat every instant alike (contract §12)', () => {
+  const org = 'org_as_of';
+  let service: TestService;
+  let token: string;
+  let workspace: { id: string; created_at: string };
+  let solution: { id: string };
+  beforeAll(async () => {
+    service = await startTestService();
+    token = await service.token([org]);
+    workspace = expectOk(await callApi(service, token, 'create_workspace', { organization_id: org, name: 'Then' }));
+    solution = expectOk(await callApi(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Then' }));
+  });
+  afterAll(() => service?.close());
+
+  const read = (kind: 'workspace' | 'solution', as_of: string) =>
+    callApi(service, token, `get_${kind}`, { id: kind === 'workspace' ? workspace.id : solution.id, as_of });
+
+  it.each([
+    ['the first instant of year 0000', '0000-01-01T00:00:00.000000Z', 404],
+    ['an instant before it once its offset is applied', '0000-01-01T00:00:00+01:00', 404],
+    ['the last instant of year 9999', '9999-12-31T23:59:59.999999Z', 200],
+    ['an instant after it once its offset is applied', '9999-12-31T23:59:59.999999-14:00', 200],
+    ['a numeric offset and no fraction', '9000-01-01T00:00:00+05:30', 200],
+    ['three fractional digits', '9000-01-01T00:00:00.123Z', 200],
+    ['a lower-case t and z', '9000-01-01t00:00:00.5z', 200],
+  ])('%s (%s): %i from both operations', async (_, asOf, status) => {
+    for (const kind of ['workspace', 'solution'] as const) {
+      const response = await read(kind, asOf);
+      expect({ kind, status: response.status }).toEqual({ kind, status });
+      if (status === 404) expectError(response, 404, 'not_found');
+      else expect(response.body.data.created_at).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/);
+    }
+  });
+
+  it('an offset is honoured: the instant just before creation, written in another zone, is 404', async () => {
+    const created = new Date(Date.parse(workspace.created_at.slice(0, 23) + 'Z') - 1);
+    const local = new Date(created.getTime() + 2 * 3600_000).toISOString().slice(0, 23);
+    expectError(await read('workspace', `${local}+02:00`), 404, 'not_found');
+    expect((await read('workspace', `${new Date(created.getTime() + 2 * 3600_000 + 2).toISOString().slice(0, 23)}+02:00`)).status).toBe(200);
+  });
+
+  it.each(['2026-13-01T00:00:00Z', '2026-02-30T00:00:00Z', '2026-01-01T00:00:00.1234567Z', '2026-01-01 00:00:00Z', '2026-01-01T00:00:00', '2026-01-01T24:00:00Z', '2026-01-01T00:00:00+24:00'])(
+    'a malformed instant (%s) is a validation_error from both operations',
+    async (asOf) => {
+      for (const kind of ['workspace', 'solution'] as const) {
+        const response = await read(kind, asOf);
+        expectError(response, 400, 'validation_error');
+        expect(response.body.error.details[0].path).toBe('params.as_of');
+      }
+    },
+  );
+});

@@ -58,6 +58,16 @@ describe('Idempotency-Key on commands', () => {
     expect(theirs.body.data.id).not.toBe(mine.body.data.id);
   });
 
+  it('treats another caller’s use of a key as an unrelated request: never a replay, a 409 or a 422', async () => {
+    const other = await service.token(['org_idem'], undefined, 'user-3');
+    const mine = await create('key-per-caller', 'Mine too');
+    const sameRequest = await create('key-per-caller', 'Mine too', other);
+    const otherRequest = await create('key-per-caller', 'Something else', other);
+    expect([mine.status, sameRequest.status, otherRequest.status]).toEqual([200, 200, 422]);
+    expect(sameRequest.headers.get('idempotent-replayed')).toBeNull();
+    expect(sameRequest.body.data.id).not.toBe(mine.body.data.id);
+  });
+
   it('rejects a malformed key', async () => {
     const bad = await create('x'.repeat(256), 'Bad key');
     expect(bad.status).toBe(400);

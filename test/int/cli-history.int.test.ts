@@ -56,6 +56,7 @@ describe('npm run history', () => {
     expect(missing.stderr).toContain('no workspace ws_doesnotexist000000000 in the event log');
     const wrong = await runCli('src/cli/history.ts', ['org_x'], databaseUrl);
     expect(wrong.code).toBe(2);
-    expect(wrong.stderr).toContain('usage: npm run history -- <ws_...|sol_...>');
+    // One line naming the problem (issue 10: a bad value gives one clear line, the usage is on --help).
+    expect(wrong.stderr).toBe('npm run history: org_x is not a workspace (ws_...) or solution (sol_...) id (see --help)\n');
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { fromMicros, isTimestamp, nextTimestamp, toMicros } from '../../../src/write/timestamp.js';
+import { fromMicros, isTimestamp, nextTimestamp, parseInstant, toMicros } from '../../../src/write/timestamp.js';
 
 describe('isTimestamp', () => {
   it.each([
@@ -105,4 +105,27 @@ describe('nextTimestamp', () => {
       expect(isTimestamp(next)).toBe(true);
     }
   });
+});
+
+describe('parseInstant (as_of: any RFC 3339 instant, contract §12)', () => {
+  it.each([
+    ['2026-11-22T10:00:00Z', '2026-11-22T10:00:00.000000Z'],
+    ['2026-11-22T10:00:00.5Z', '2026-11-22T10:00:00.500000Z'],
+    ['2026-11-22t11:30:00.123456+01:30', '2026-11-22T10:00:00.123456Z'],
+    ['2026-11-22T00:00:00-00:30', '2026-11-22T00:30:00.000000Z'],
+    ['2024-02-29T23:59:59.999999-01:00', '2024-03-01T00:59:59.999999Z'],
+    ['1969-12-31T23:59:59.5Z', '1969-12-31T23:59:59.500000Z'],
+    ['0001-01-01T00:00:00.000001+00:00', '0001-01-01T00:00:00.000001Z'],
+    ['0000-01-01T00:00:00+00:01', '0000-01-01T00:00:00.000000Z'],
+    ['9999-12-31T23:59:59.999999-00:01', '9999-12-31T23:59:59.999999Z'],
+  ])('given %s, reads it as %s', (text, expected) => {
+    expect(parseInstant(text)).toBe(expected);
+  });
+
+  it.each(['2026-11-22T10:00:00', '2026-11-22T10:00:00.1234567Z', '2026-11-22 10:00:00Z', '2025-02-29T00:00:00Z', '2026-11-22T10:60:00Z', '2026-11-22T10:00:00+01', ''])(
+    'refuses %j',
+    (text) => {
+      expect(parseInstant(text)).toBeUndefined();
+    },
+  );
 });
