@@ -85,6 +85,9 @@ export type Config = Readonly<{
   logLevel: string;
 }>;
 
+/** Every environment variable the service reads (documented with its default in `.env.example`). */
+export const configurationVariables: readonly string[] = Object.keys(environmentSchema.shape);
+
 export class ConfigError extends Error {}
 
 export function parseConfig(environment: NodeJS.ProcessEnv = process.env): Config {

@@ -84,12 +84,14 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     // Forbidden keys are rejected by validation with a clear message, not by the parser.
     onProtoPoisoning: 'ignore',
     onConstructorPoisoning: 'ignore',
-    logController: new LogController({ requestIdLogLabel: 'request_id' }),
+    // One line per request, when it is answered (the onResponse hook), instead of one on arrival and one on answer.
+    logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
     genReqId: (request) => {
       const incoming = request.headers['x-request-id'];
       return typeof incoming === 'string' && validRequestId.test(incoming) ? incoming : randomUUID();
     },
     return503OnClosing: true,
+
     // A path with invalid percent-encoding never reaches a route; it still gets the contract's body.
     frameworkErrors: (_error, request, reply) => sendServiceError(new ServiceError('bad_request', 'the request path is not valid'), request, reply),
     clientErrorHandler: answerClientError,
@@ -106,6 +108,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
   });
   app.setErrorHandler((error, request, reply) => sendError(error, request, reply));
   app.setNotFoundHandler((request, reply) => sendError(new ServiceError('not_found', 'no such endpoint'), request, reply));

@@ -15,24 +15,26 @@ export const workspaceColumns = `id, organization_id, name, description, attribu
 export const solutionColumns = `id, organization_id, workspace_id, name, description, attributes, documentation,
   ${isoMicros('created_at')} AS created_at, ${isoMicros('updated_at')} AS updated_at`;
 
+/** The rows a batch touches. One query after another: they share the batch's connection and transaction. */
 export async function loadRows(db: Queryable, needed: RowsNeeded): Promise<LoadedRows> {
-  const [workspaces, solutions, hidden] = await Promise.all([
+  const workspaces =
     needed.workspaceIds.length === 0
       ? []
-      : db.query<WorkspaceRow>(`SELECT ${workspaceColumns} FROM workspaces WHERE id = ANY($1)`, [needed.workspaceIds]).then((r) => r.rows),
+      : (await db.query<WorkspaceRow>(`SELECT ${workspaceColumns} FROM workspaces WHERE id = ANY($1)`, [needed.workspaceIds])).rows;
+  const solutions =
     needed.solutionIds.length === 0
       ? []
-      : db.query<SolutionRow>(`SELECT ${solutionColumns} FROM solutions WHERE id = ANY($1)`, [needed.solutionIds]).then((r) => r.rows),
-    // Solutions of deleted workspaces are only removed: their keys suffice, not their (large) documents.
+      : (await db.query<SolutionRow>(`SELECT ${solutionColumns} FROM solutions WHERE id = ANY($1)`, [needed.solutionIds])).rows;
+  // Solutions of deleted workspaces are only removed: their keys suffice, not their (large) documents.
+  const hidden =
     needed.workspacesDeleted.length === 0
       ? []
-      : db
-          .query<Pick<SolutionRow, 'id' | 'organization_id' | 'workspace_id'>>(
+      : (
+          await db.query<Pick<SolutionRow, 'id' | 'organization_id' | 'workspace_id'>>(
             'SELECT id, organization_id, workspace_id FROM solutions WHERE workspace_id = ANY($1) AND NOT (id = ANY($2))',
             [needed.workspacesDeleted, needed.solutionIds],
           )
-          .then((r) => r.rows),
-  ]);
+        ).rows;
   const loadedSolutions = new Map(solutions.map((row) => [row.id, row]));
   for (const key of hidden) loadedSolutions.set(key.id, toBeRemoved(key));
   return { workspaces: new Map(workspaces.map((row) => [row.id, row])), solutions: loadedSolutions };

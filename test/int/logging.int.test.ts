@@ -1,0 +1,50 @@
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { freePort } from '../../src/infra/embedded-postgres.js';
+import { createTestDatabase } from '../support/database.js';
+import { testSecret } from '../support/secret.js';
+import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
+import { eventually } from '../support/stack.js';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const ansi = /\x1b\[[0-9;]*m/g;
+
+describe('logs', () => {
+  const stops: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const stop of stops.splice(0)) await stop();
+  });
+
+  it('piped (a collector, the container): JSON lines, one per request', async () => {
+    const service: ServiceProcess = await startServiceProcess({ databaseUrl: await createTestDatabase(), env: { LOG_LEVEL: 'info' } });
+    stops.push(() => service.signal('SIGTERM'));
+    const response = await fetch(`${service.url}/healthz`, { headers: { 'x-request-id': 'logged-once' } });
+    expect(response.status).toBe(200);
+    await eventually(() => service.output().includes('"request_id":"logged-once"'));
+    const lines = service.output().trim().split('\n');
+    for (const line of lines) expect(() => JSON.parse(line), line).not.toThrow();
+    const about = lines.map((line) => JSON.parse(line) as { request_id?: string; msg: string }).filter((entry) => entry.request_id === 'logged-once');
+    expect(about.map((entry) => entry.msg)).toEqual(['request']);
+  });
+
+  it('on a terminal (npm start): human-readable lines', async () => {
+    const port = await freePort();
+    // `script` gives the service a pseudo-terminal, as a developer's shell does.
+    const child = spawn('script', ['-qfec', `${process.execPath} --import tsx src/main.ts`, '/dev/null'], {
+      cwd: root,
+      env: { ...process.env, DATABASE_URL: await createTestDatabase(), AUTH_JWT_SECRET: testSecret, PORT: String(port), LOG_LEVEL: 'info', EVENTSTORE_URL: '' },
+      detached: true,
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    stops.push(async () => {
+      process.kill(-child.pid!, 'SIGKILL');
+    });
+    await eventually(() => output.includes('listening'), 30_000);
+    const lines = output.replace(ansi, '').split(/\r?\n/).filter(Boolean);
+    expect(lines.some((line) => /^\[\d{2}:\d{2}:\d{2}\.\d{3}\] INFO: listening/.test(line))).toBe(true);
+    expect(lines.filter((line) => line.startsWith('{'))).toEqual([]);
+  });
+});
