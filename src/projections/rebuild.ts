@@ -836,12 +836,8 @@ export async function connectOperator(config: Config, logger: Logger, options: {
         await store.close();
         await listener.close();
         await pool.end();
-        if (embedded) {
-          // stop() leaves the server running while other clients are connected, and a backend
-          // outlives its closed connection by a moment: let ours go first.
-          await sleep(250);
-          await embedded.stop();
-        }
+        // Stops the embedded server only if no other process uses it.
+        await embedded?.stop();
       },
     };
   } catch (error) {

@@ -68,6 +68,13 @@ describe('Idempotency-Key on commands', () => {
     expect(sameRequest.body.data.id).not.toBe(mine.body.data.id);
   });
 
+  it('checks the key with the other bad_request checks, before the scope (contract §2 order)', async () => {
+    const readOnly = await service.token(['org_idem'], 'workspaces:read');
+    const response = await callApi(service, readOnly, 'create_workspace', { organization_id: 'org_idem', name: 'x' }, { 'idempotency-key': 'bad key' });
+    expect(response.status).toBe(400);
+    expect(response.body.error.code).toBe('bad_request');
+  });
+
   it('rejects a malformed key', async () => {
     const bad = await create('x'.repeat(256), 'Bad key');
     expect(bad.status).toBe(400);
