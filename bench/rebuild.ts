@@ -18,7 +18,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { pino } from 'pino';
-import { postgresEventStoreSchema, PostgresEventStore } from '../src/eventstore/postgres.js';
+import { PostgresEventStore } from '../src/eventstore/postgres.js';
 import { solutionStream, workspaceStream } from '../src/eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { migrate } from '../src/infra/migrate.js';
@@ -324,7 +324,6 @@ try {
   const seeder = new pg.Client({ connectionString: databaseUrl });
   await seeder.connect();
   try {
-    await seeder.query(postgresEventStoreSchema);
     const present = Number((await seeder.query<{ n: string }>('SELECT count(*) AS n FROM es_events')).rows[0]!.n);
     if (present === 0) await seed(seeder, eventCount);
     else out(`using the ${integer.format(present)} events already in ${databaseName}`);

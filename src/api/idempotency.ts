@@ -11,26 +11,6 @@ const retentionHours = 24;
  */
 export type ClaimHolder = () => { pid: number; startedAt: string } | undefined;
 
-export const idempotencySchema = `
-CREATE TABLE IF NOT EXISTS idempotency_keys (
-  subject text NOT NULL,
-  key text NOT NULL,
-  request_hash text NOT NULL,
-  claim uuid NOT NULL,
-  holder_pid int,
-  holder_started timestamptz,
-  response_status int,
-  -- json, not jsonb: a replay keeps the field order of the first answer.
-  response_body json,
-  created_at timestamptz NOT NULL DEFAULT now(),
-  PRIMARY KEY (subject, key)
-);
-CREATE INDEX IF NOT EXISTS idempotency_keys_by_age ON idempotency_keys (created_at);
-ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS holder_pid int;
-ALTER TABLE idempotency_keys ADD COLUMN IF NOT EXISTS holder_started timestamptz;
-ALTER TABLE idempotency_keys DROP COLUMN IF EXISTS heartbeat_at;
-`;
-
 export type StoredResponse = { status: number; body: unknown };
 
 /** A key this request holds while its command runs; it then keeps the answer or gives the key back. */

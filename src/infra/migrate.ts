@@ -1,18 +1,29 @@
-import { idempotencySchema } from '../api/idempotency.js';
-import { postgresEventStoreSchema } from '../eventstore/postgres.js';
-import { projectorLeaderSchema } from '../projections/runner.js';
-import { readModelSchema } from '../projections/schema.js';
+import { lockKeys } from './lock-keys.js';
+import { migrations, type Migration } from './migrations/index.js';
 import { inTransaction, type Pool } from './postgres.js';
 
-const migrationLockKey = 7_720_411_901;
-
-/** Creates the tables every instance needs; idempotent, and serialised when instances start together. */
-export async function migrate(pool: Pool, options: { eventStore: boolean }): Promise<void> {
-  await inTransaction(pool, async (client) => {
-    await client.query('SELECT pg_advisory_xact_lock($1)', [migrationLockKey]);
-    if (options.eventStore) await client.query(postgresEventStoreSchema);
-    await client.query(readModelSchema);
-    await client.query(projectorLeaderSchema);
-    await client.query(idempotencySchema);
+/**
+ * Brings the database's schema up to date: each step of src/infra/migrations that is not yet in
+ * `schema_migrations` is applied and recorded, in order, in one transaction. Instances starting
+ * together take turns under an advisory lock, so each step runs once.
+ */
+export async function migrate(pool: Pool, options: { eventStore: boolean }, steps: readonly Migration[] = migrations): Promise<number[]> {
+  return inTransaction(pool, async (client) => {
+    await client.query('SELECT pg_advisory_xact_lock($1)', [lockKeys.migration]);
+    await client.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
+      version int PRIMARY KEY,
+      name text NOT NULL,
+      applied_at timestamptz NOT NULL DEFAULT now()
+    )`);
+    const { rows } = await client.query<{ version: number }>('SELECT version FROM schema_migrations');
+    const done = new Set(rows.map((row) => row.version));
+    const applied: number[] = [];
+    for (const step of steps) {
+      if (done.has(step.version) || (step.when === 'events in PostgreSQL' && !options.eventStore)) continue;
+      await client.query(step.sql);
+      await client.query('INSERT INTO schema_migrations (version, name) VALUES ($1, $2)', [step.version, step.name]);
+      applied.push(step.version);
+    }
+    return applied;
   });
 }

@@ -6,6 +6,7 @@ import { comparePositions, startOfLog, type EventStore, type GlobalPosition, typ
 import { PostgresEventStore } from '../eventstore/postgres.js';
 import { isServiceStream } from '../eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../infra/embedded-postgres.js';
+import { lockKeys } from '../infra/lock-keys.js';
 import { migrate } from '../infra/migrate.js';
 import { connectionSettings, createPool, PgListener, type Pool } from '../infra/postgres.js';
 import type { Envelope } from '../write/events.js';
@@ -44,8 +45,6 @@ import type { WorkspaceRow } from './workspaces-table.js';
  * stays too (other projectors may keep theirs there); only this projector's row is set.
  */
 
-/** Key of the session advisory lock that keeps two rebuilds from running at once. */
-const rebuildLockKey = 7_720_411_904;
 const schemaPrefix = 'read_rebuild_';
 /** Tables of the rebuild schema that are not moved into `public`. */
 const keptLive = new Set(['cascade_pending', 'projection_checkpoints']);
@@ -137,7 +136,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
   const schema = schemaNameFor(new Date());
   let schemaCreated = false;
   try {
-    const { rows } = await writer.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [rebuildLockKey]);
+    const { rows } = await writer.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [lockKeys.rebuild]);
     if (!rows[0]?.locked) throw new Error('another rebuild is running on this database');
     await dropStaleSchemas(writer, logger);
 
@@ -224,7 +223,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     throw error;
   } finally {
     for (const helper of helpers) await helper.end().catch(() => undefined);
-    await writer.query('SELECT pg_advisory_unlock($1)', [rebuildLockKey]).catch(() => undefined);
+    await writer.query('SELECT pg_advisory_unlock($1)', [lockKeys.rebuild]).catch(() => undefined);
     await writer.end().catch(() => undefined);
   }
 }

@@ -1,6 +1,7 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import type { EventStore, GlobalPosition } from '../eventstore/port.js';
+import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings } from '../infra/postgres.js';
 import { isServiceStream } from '../eventstore/stream-names.js';
 import { upcast } from '../write/upcast.js';
@@ -8,23 +9,14 @@ import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
 import { advanceCheckpoint, loadRows, readCheckpoint, writeChanges } from './tables.js';
 
-/** Key of the session advisory lock that makes exactly one projector active across instances. */
-const projectorLockKey = 7_720_411_903;
 
 /**
- * The active projector's sign of life: it renews `renewed_at` as it works. A process that is alive
- * but stuck (frozen, paused, starved) keeps its session and so its lock; a standby that sees no
- * renewal for `staleAfterMs` ends that session, which frees the lock and aborts whatever
- * transaction the stuck projector had open, so it can never write after it wakes.
+ * The active projector's sign of life (table `projector_leader`, src/infra/migrations): it renews
+ * `renewed_at` as it works. A process that is alive but stuck (frozen, paused, starved) keeps its
+ * session and so its lock; a standby that sees no renewal for `staleAfterMs` ends that session,
+ * which frees the lock and aborts whatever transaction the stuck projector had open, so it can
+ * never write after it wakes.
  */
-export const projectorLeaderSchema = `
-CREATE TABLE IF NOT EXISTS projector_leader (
-  name text PRIMARY KEY,
-  pid int NOT NULL,
-  backend_start timestamptz NOT NULL,
-  renewed_at timestamptz NOT NULL
-);
-`;
 const projectorName = 'read_model';
 
 export type ProjectionRunnerOptions = {
@@ -87,7 +79,7 @@ export class ProjectionRunner {
         await client.connect();
         // A standby keeps its one connection and asks for the lock again on it.
         while (!this.abort.signal.aborted) {
-          const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [projectorLockKey]);
+          const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [lockKeys.projector]);
           if (rows[0]?.locked) break;
           await this.replaceStuckLeader(client);
           await this.sleep(this.options.standbyRetryMs ?? 500);

@@ -2,6 +2,7 @@ import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startOfLog } from '../../src/eventstore/port.js';
 import { workspaceStream } from '../../src/eventstore/stream-names.js';
+import { lockKeys } from '../../src/infra/lock-keys.js';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase, standInFor, testEventStore } from '../support/event-store.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
@@ -15,8 +16,6 @@ import { expectError, expectOk, sleep } from './helpers.js';
  * away under a running command. Runs with events in PostgreSQL and in EventStoreDB alike.
  */
 const org = 'org_crash';
-/** Held by the test to keep every projector a standby: commands then wait, as behind a stuck projection. */
-const projectorLockKey = 7_720_411_903;
 
 describe('crashes and database faults', () => {
   const cleanups: (() => Promise<unknown>)[] = [];
@@ -51,9 +50,9 @@ describe('crashes and database faults', () => {
   async function holdProjection(databaseUrl: string) {
     const client = new pg.Client({ connectionString: databaseUrl });
     await client.connect();
-    await client.query('SELECT pg_advisory_lock($1)', [projectorLockKey]);
+    await client.query('SELECT pg_advisory_lock($1)', [lockKeys.projector]);
     cleanups.push(() => client.end());
-    return { release: () => client.query('SELECT pg_advisory_unlock($1)', [projectorLockKey]) };
+    return { release: () => client.query('SELECT pg_advisory_unlock($1)', [lockKeys.projector]) };
   }
 
   /** Repeats a keyed call as a client whose answer was lost does, while it is told the first is still running. */
