@@ -25,11 +25,11 @@ import { migrate } from '../src/infra/migrate.js';
 import { createPool, PgListener } from '../src/infra/postgres.js';
 import { rebuildReadModel } from '../src/projections/rebuild.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../src/projections/verify.js';
-import type { CommandContext } from '../src/write/command.js';
-import type { Envelope } from '../src/write/events.js';
-import { decideSolution, evolveSolution, initialSolutionState, type SolutionState } from '../src/write/solution.js';
-import { fromMicros } from '../src/write/timestamp.js';
-import { decideWorkspace, evolveWorkspace, initialWorkspaceState, type WorkspaceState } from '../src/write/workspace.js';
+import type { CommandContext } from '../src/domain/command.js';
+import type { Envelope } from '../src/domain/events.js';
+import { decideSolution, evolveSolution, initialSolutionState, type SolutionState } from '../src/domain/solution.js';
+import { fromMicros } from '../src/domain/timestamp.js';
+import { decideWorkspace, evolveWorkspace, initialWorkspaceState, type WorkspaceState } from '../src/domain/workspace.js';
 
 const { values } = parseArgs({
   options: {

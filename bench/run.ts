@@ -19,7 +19,7 @@ import { parseConfig } from '../src/config.js';
 import { workspaceStream } from '../src/eventstore/stream-names.js';
 import { createClock } from '../src/infra/clock.js';
 import { startRuntime } from '../src/runtime.js';
-import { decideWorkspace, initialWorkspaceState } from '../src/write/workspace.js';
+import { decideWorkspace, initialWorkspaceState } from '../src/domain/workspace.js';
 
 const { values } = parseArgs({
   options: {

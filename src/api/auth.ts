@@ -1,7 +1,7 @@
 import { createRemoteJWKSet, errors as joseErrors, jwtVerify, type JWTVerifyGetKey } from 'jose';
 import { z } from 'zod';
 import { ServiceError, unavailable } from '../errors.js';
-import { organizationId } from '../write/values.js';
+import { organizationId } from '../domain/values.js';
 
 export const scopes = ['workspaces:read', 'workspaces:write', 'solutions:read', 'solutions:write'] as const;
 export type Scope = (typeof scopes)[number];

@@ -1,4 +1,5 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
+import { InvalidValue, RecordIdTaken, RecordNotFound } from '../domain/errors.js';
 import { ServiceError, type ErrorCode, type ErrorDetail } from '../errors.js';
 import { EventStoreUnavailable } from '../eventstore/port.js';
 import { isConnectionError } from '../infra/postgres.js';
@@ -30,6 +31,9 @@ const fastifyCodes: Record<string, [ErrorCode, string]> = {
 /** Turns any failure into the contract's error (§2); nothing internal ever reaches the body. */
 export function toServiceError(error: unknown): ServiceError {
   if (error instanceof ServiceError) return error;
+  if (error instanceof RecordNotFound) return new ServiceError('not_found', error.message);
+  if (error instanceof InvalidValue) return new ServiceError('validation_error', 'invalid parameters', [{ path: `params.${error.field}`, message: error.message }]);
+  if (error instanceof RecordIdTaken) return new ServiceError('internal_error', 'an unexpected error occurred');
   if (error instanceof EventStoreUnavailable || isConnectionError(error)) {
     return new ServiceError('unavailable', 'the service is temporarily unavailable');
   }

@@ -2,8 +2,8 @@ import { notFound } from '../errors.js';
 import type { HistoryItem, RecordKind } from '../audit/history.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import type { CommandHandlers, Caller } from '../write/handlers.js';
-import type { Solution } from '../write/solution.js';
-import type { Workspace } from '../write/workspace.js';
+import type { Solution } from '../domain/solution.js';
+import type { Workspace } from '../domain/workspace.js';
 import type { Scope } from './auth.js';
 import type { OperationName, ParamsOf } from './schemas.js';
 

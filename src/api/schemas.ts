@@ -8,7 +8,7 @@ import {
   organizationId,
   solutionId,
   workspaceId,
-} from '../write/values.js';
+} from '../domain/values.js';
 
 /** The request envelope (contract §1): exactly `query` and `params`. */
 export const envelopeSchema = z.strictObject({

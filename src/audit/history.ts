@@ -2,12 +2,12 @@ import { notFound } from '../errors.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Page, PageRequest } from '../read/pages.js';
-import { solutionDecider, workspaceDecider } from '../write/deciders.js';
-import type { Envelope } from '../write/events.js';
-import type { Solution } from '../write/solution.js';
-import type { Timestamp } from '../write/timestamp.js';
-import { upcast } from '../write/upcast.js';
-import type { Workspace } from '../write/workspace.js';
+import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
+import type { Envelope } from '../domain/events.js';
+import type { Solution } from '../domain/solution.js';
+import type { Timestamp } from '../domain/timestamp.js';
+import { upcast } from '../domain/upcast.js';
+import type { Workspace } from '../domain/workspace.js';
 
 /**
  * Audit reads (contract §12), straight from the event log through the port, so they work on

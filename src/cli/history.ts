@@ -9,8 +9,8 @@
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
-import type { Envelope } from '../write/events.js';
-import { upcast } from '../write/upcast.js';
+import type { Envelope } from '../domain/events.js';
+import { upcast } from '../domain/upcast.js';
 import { commandLine, usageError } from './arguments.js';
 
 const tool = 'npm run history';

@@ -3,7 +3,7 @@ import { scopes } from '../api/auth.js';
 import { mintToken } from '../api/tokens.js';
 import { ConfigError, parseConfig } from '../config.js';
 import { readOrCreateDevelopmentSecret } from '../infra/embedded-postgres.js';
-import { organizationId } from '../write/values.js';
+import { organizationId } from '../domain/values.js';
 import { commandLine, usageError } from './arguments.js';
 
 const tool = 'npm run token';

@@ -1,4 +1,4 @@
-import { fromMicros, type Timestamp } from '../write/timestamp.js';
+import { fromMicros, type Timestamp } from '../domain/timestamp.js';
 
 /**
  * Wall-clock time with microsecond resolution that never goes backwards within the process, so

@@ -1,5 +1,5 @@
-import { assertNever } from '../write/command.js';
-import type { Envelope } from '../write/events.js';
+import { assertNever } from '../domain/command.js';
+import type { Envelope } from '../domain/events.js';
 import { evolveSolutionRow, type SolutionRow } from './solutions-table.js';
 import { evolveWorkspaceRow, type WorkspaceRow } from './workspaces-table.js';
 

@@ -4,7 +4,7 @@ import type { EventStore, GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings } from '../infra/postgres.js';
 import { isServiceStream } from '../eventstore/stream-names.js';
-import { upcast } from '../write/upcast.js';
+import { upcast } from '../domain/upcast.js';
 import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
 import { advanceCheckpoint, loadRows, readCheckpoint, writeChanges } from './tables.js';

@@ -1,6 +1,6 @@
-import { assertNever } from '../write/command.js';
-import type { Envelope, SolutionEvent, WorkspaceDeleted } from '../write/events.js';
-import { evolveSolution, type Solution } from '../write/solution.js';
+import { assertNever } from '../domain/command.js';
+import type { Envelope, SolutionEvent, WorkspaceDeleted } from '../domain/events.js';
+import { evolveSolution, type Solution } from '../domain/solution.js';
 
 export type SolutionRow = Solution;
 

@@ -1,10 +1,10 @@
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { isServiceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
-import { isSolutionEvent, isWorkspaceEvent } from '../write/events.js';
-import { evolveSolution, initialSolutionState, type Solution, type SolutionState } from '../write/solution.js';
-import { upcast } from '../write/upcast.js';
-import { evolveWorkspace, initialWorkspaceState, type Workspace, type WorkspaceState } from '../write/workspace.js';
+import { isSolutionEvent, isWorkspaceEvent } from '../domain/events.js';
+import { evolveSolution, initialSolutionState, type Solution, type SolutionState } from '../domain/solution.js';
+import { upcast } from '../domain/upcast.js';
+import { evolveWorkspace, initialWorkspaceState, type Workspace, type WorkspaceState } from '../domain/workspace.js';
 import { solutionColumns, workspaceColumns } from './tables.js';
 
 export type ReadModelSnapshot = {

@@ -1,5 +1,5 @@
-import type { Envelope, WorkspaceEvent } from '../write/events.js';
-import { evolveWorkspace, type Workspace } from '../write/workspace.js';
+import type { Envelope, WorkspaceEvent } from '../domain/events.js';
+import { evolveWorkspace, type Workspace } from '../domain/workspace.js';
 
 export type WorkspaceRow = Workspace;
 

@@ -2,10 +2,10 @@ import type { Logger } from 'pino';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
-import type { CommandContext } from './command.js';
-import { solutionDecider } from './deciders.js';
+import type { CommandContext } from '../domain/command.js';
+import { solutionDecider } from '../domain/deciders.js';
 import { execute } from './execute.js';
-import { upcast } from './upcast.js';
+import { upcast } from '../domain/upcast.js';
 
 const parallelAppends = 8;
 const maxRetryDelayMs = 30_000;

@@ -1,5 +1,5 @@
 import { latestPosition, type GlobalPosition } from '../eventstore/port.js';
-import type { Timestamp } from './timestamp.js';
+import type { Timestamp } from '../domain/timestamp.js';
 
 type Creation = { createdAt: Timestamp; appended: Promise<GlobalPosition | undefined> };
 

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { ServiceError, unavailable } from '../errors.js';
 import { StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
-import type { DomainEvent, Envelope } from './events.js';
-import { upcast } from './upcast.js';
+import type { DomainEvent, Envelope } from '../domain/events.js';
+import { upcast } from '../domain/upcast.js';
 
 export type Decider<Command, State, Event extends DomainEvent> = {
   initialState: State;

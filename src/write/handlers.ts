@@ -3,16 +3,16 @@ import { notFound, ServiceError } from '../errors.js';
 import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { CascadeWorker } from './cascade.js';
-import type { CommandContext } from './command.js';
-import { solutionDecider, workspaceDecider } from './deciders.js';
+import type { CommandContext } from '../domain/command.js';
+import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
 import { CreationOrder } from './creation-order.js';
-import type { DomainEvent } from './events.js';
+import type { DomainEvent } from '../domain/events.js';
 import { execute, loadState, type Decider, type Outcome } from './execute.js';
-import type { JsonObject } from './merge-patch.js';
-import type { Solution } from './solution.js';
-import type { Timestamp } from './timestamp.js';
-import type { Documentation } from './values.js';
-import type { Workspace } from './workspace.js';
+import type { JsonObject } from '../domain/merge-patch.js';
+import type { Solution } from '../domain/solution.js';
+import type { Timestamp } from '../domain/timestamp.js';
+import type { Documentation } from '../domain/values.js';
+import type { Workspace } from '../domain/workspace.js';
 
 /** Who is calling: the token's subject and the organizations it grants (contract §3). */
 export type Caller = {

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { solutionStream } from '../../src/eventstore/stream-names.js';
-import { fromMicros, toMicros } from '../../src/write/timestamp.js';
+import { fromMicros, toMicros } from '../../src/domain/timestamp.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 
 const before = (timestamp: string) => fromMicros(toMicros(timestamp) - 1n);

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { NewEvent } from '../../src/eventstore/port.js';
 import { solutionStream, workspaceStream } from '../../src/eventstore/stream-names.js';
-import type { Envelope } from '../../src/write/events.js';
-import { decideSolution, evolveSolution, initialSolutionState, type SolutionState } from '../../src/write/solution.js';
-import { fromMicros } from '../../src/write/timestamp.js';
-import { decideWorkspace, evolveWorkspace, initialWorkspaceState, type WorkspaceState } from '../../src/write/workspace.js';
+import type { Envelope } from '../../src/domain/events.js';
+import { decideSolution, evolveSolution, initialSolutionState, type SolutionState } from '../../src/domain/solution.js';
+import { fromMicros } from '../../src/domain/timestamp.js';
+import { decideWorkspace, evolveWorkspace, initialWorkspaceState, type WorkspaceState } from '../../src/domain/workspace.js';
 
 let tick = 1_700_000_000_000_000n;
 const context = (actor: string) => ({ actor, requestId: randomUUID(), now: fromMicros((tick += 7n)) });

@@ -3,8 +3,10 @@
  * test states only what matters to it.
  */
 import { expect } from 'vitest';
-import { ServiceError, type ErrorCode } from '../../src/errors.js';
-import type { CommandContext } from '../../src/write/command.js';
+import { toServiceError } from '../../src/api/errors.js';
+import { DomainError } from '../../src/domain/errors.js';
+import type { ErrorCode } from '../../src/errors.js';
+import type { CommandContext } from '../../src/domain/command.js';
 import {
   currentSchemaVersion,
   type Envelope,
@@ -15,8 +17,8 @@ import {
   type WorkspaceCreated,
   type WorkspaceDeleted,
   type WorkspaceUpdated,
-} from '../../src/write/events.js';
-import type { Timestamp } from '../../src/write/timestamp.js';
+} from '../../src/domain/events.js';
+import type { Timestamp } from '../../src/domain/timestamp.js';
 
 /** A timestamp on a fixed day: `at('10:00:00.000001')` is `2024-05-01T10:00:00.000001Z`. */
 export const at = (time: string): Timestamp => `2024-05-01T${time}Z`;
@@ -144,8 +146,9 @@ export function deciderSpec<Command, State, Event>(decider: {
             } catch (error) {
               caught = error;
             }
-            expect(caught).toBeInstanceOf(ServiceError);
-            const error = caught as ServiceError;
+            // Deciders refuse in domain terms; the contract's code is what the API's one handler makes of it.
+            expect(caught).toBeInstanceOf(DomainError);
+            const error = toServiceError(caught);
             expect(error.code).toBe(code);
             if (detailPath !== undefined) expect(error.details?.map((detail) => detail.path)).toContain(detailPath);
             return error;

@@ -3,8 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EventStoreUnavailable, type EventStore } from '../../../src/eventstore/port.js';
 import { solutionStream, workspaceStream } from '../../../src/eventstore/stream-names.js';
 import { CascadeWorker } from '../../../src/write/cascade.js';
-import { decideSolution } from '../../../src/write/solution.js';
-import { decideWorkspace, initialWorkspaceState } from '../../../src/write/workspace.js';
+import { decideSolution } from '../../../src/domain/solution.js';
+import { decideWorkspace, initialWorkspaceState } from '../../../src/domain/workspace.js';
 import { eventually, silentLogger, startStack, type Stack } from '../../support/stack.js';
 
 const context = (now: string) => ({ actor: 'alice', requestId: randomUUID(), now });

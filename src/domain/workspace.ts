@@ -1,4 +1,4 @@
-import { notFound, ServiceError } from '../errors.js';
+import { RecordIdTaken, RecordNotFound } from './errors.js';
 import { assertNever, envelope, type CommandContext } from './command.js';
 import type { Envelope, WorkspaceEvent, WorkspaceUpdated } from './events.js';
 import type { JsonObject } from './merge-patch.js';
@@ -60,12 +60,12 @@ export function decideWorkspace(command: WorkspaceCommand, state: WorkspaceState
       if (state.status !== 'absent') {
         // Ids derived from an Idempotency-Key make a re-run create the same record: already done.
         if (state.status === 'active' && createdAs(state.workspace, data)) return [];
-        throw new ServiceError('internal_error', 'generated workspace id already exists');
+        throw new RecordIdTaken('workspace');
       }
       return [envelope({ type: 'WorkspaceCreated', data }, command.context, undefined)];
     }
     case 'UpdateWorkspace': {
-      if (state.status !== 'active') throw notFound('workspace');
+      if (state.status !== 'active') throw new RecordNotFound('workspace');
       const { workspace } = state;
       const data: WorkspaceUpdated['data'] = { id: workspace.id, name: command.name };
       if (command.description !== undefined) data.description = command.description;
@@ -73,7 +73,7 @@ export function decideWorkspace(command: WorkspaceCommand, state: WorkspaceState
       return [envelope({ type: 'WorkspaceUpdated', data }, command.context, workspace.updated_at)];
     }
     case 'DeleteWorkspace': {
-      if (state.status !== 'active') throw notFound('workspace');
+      if (state.status !== 'active') throw new RecordNotFound('workspace');
       const { workspace } = state;
       const data = { id: workspace.id, organization_id: workspace.organization_id };
       return [envelope({ type: 'WorkspaceDeleted', data }, command.context, workspace.updated_at)];

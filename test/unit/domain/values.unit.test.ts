@@ -12,8 +12,9 @@ import {
   solutionId,
   timestamp,
   workspaceId,
-} from '../../../src/write/values.js';
-import { ServiceError } from '../../../src/errors.js';
+} from '../../../src/domain/values.js';
+import { toServiceError } from '../../../src/api/errors.js';
+import { InvalidValue } from '../../../src/domain/errors.js';
 import { attributesOfSize, serializedBytes } from '../fixtures.js';
 
 const accepts = (schema: z.ZodType, value: unknown) => schema.safeParse(value).success;
@@ -279,9 +280,10 @@ describe('mergeAttributes', () => {
     } catch (error) {
       caught = error;
     }
-    expect(caught).toBeInstanceOf(ServiceError);
-    expect((caught as ServiceError).code).toBe('validation_error');
-    expect((caught as ServiceError).details).toEqual([
+    // Refused in domain terms; the API's one handler makes the contract's error of it.
+    expect(caught).toBeInstanceOf(InvalidValue);
+    expect(toServiceError(caught).code).toBe('validation_error');
+    expect(toServiceError(caught).details).toEqual([
       { path: 'params.attributes', message: 'after merging, attributes must be at most 65536 bytes serialized' },
     ]);
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { fromMicros, isTimestamp, nextTimestamp, parseInstant, toMicros } from '../../../src/write/timestamp.js';
+import { fromMicros, isTimestamp, nextTimestamp, parseInstant, toMicros } from '../../../src/domain/timestamp.js';
 
 describe('isTimestamp', () => {
   it.each([

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { invalid } from '../errors.js';
+import { InvalidValue } from './errors.js';
 import { mergePatch, type JsonObject } from './merge-patch.js';
 import { isTimestamp, parseInstant } from './timestamp.js';
 
@@ -84,7 +84,7 @@ function attributesProblem(value: JsonObject): string | null {
 export function mergeAttributes(current: JsonObject, patch: JsonObject): JsonObject {
   const merged = mergePatch(current, patch);
   const problem = attributesProblem(merged);
-  if (problem) throw invalid('params.attributes', `after merging, attributes ${problem}`);
+  if (problem) throw new InvalidValue('attributes', `after merging, attributes ${problem}`);
   return merged;
 }
 

@@ -1,4 +1,4 @@
-import { invalid, notFound, ServiceError } from '../errors.js';
+import { InvalidValue, RecordIdTaken, RecordNotFound } from './errors.js';
 import { assertNever, envelope, type CommandContext } from './command.js';
 import type { Envelope, SolutionEvent, SolutionUpdated } from './events.js';
 import type { JsonObject } from './merge-patch.js';
@@ -59,7 +59,7 @@ export function decideSolution(command: SolutionCommand, state: SolutionState): 
     case 'CreateSolution': {
       const { workspace } = command;
       if (command.organizationId !== undefined && command.organizationId !== workspace.organization_id) {
-        throw invalid('params.organization_id', "must be the workspace's organization");
+        throw new InvalidValue('organization_id', "must be the workspace's organization");
       }
       const data = {
         id: command.id,
@@ -73,12 +73,12 @@ export function decideSolution(command: SolutionCommand, state: SolutionState): 
       if (state.status !== 'absent') {
         // Ids derived from an Idempotency-Key make a re-run create the same record: already done.
         if (state.status === 'active' && createdAs(state.solution, data)) return [];
-        throw new ServiceError('internal_error', 'generated solution id already exists');
+        throw new RecordIdTaken('solution');
       }
       return [envelope({ type: 'SolutionCreated', data }, command.context, undefined)];
     }
     case 'UpdateSolution': {
-      if (state.status !== 'active') throw notFound('solution');
+      if (state.status !== 'active') throw new RecordNotFound('solution');
       const { solution } = state;
       const data: SolutionUpdated['data'] = { id: solution.id, name: command.name };
       if (command.description !== undefined) data.description = command.description;
@@ -90,7 +90,7 @@ export function decideSolution(command: SolutionCommand, state: SolutionState): 
     case 'CascadeDeleteSolution': {
       if (state.status !== 'active') {
         if (command.type === 'CascadeDeleteSolution') return [];
-        throw notFound('solution');
+        throw new RecordNotFound('solution');
       }
       const { solution } = state;
       const data = {

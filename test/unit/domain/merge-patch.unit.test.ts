@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { mergePatch, type JsonObject } from '../../../src/write/merge-patch.js';
+import { mergePatch, type JsonObject } from '../../../src/domain/merge-patch.js';
 
 describe('mergePatch (RFC 7396)', () => {
   // RFC 7396 Appendix A, the examples whose target and patch are both objects.

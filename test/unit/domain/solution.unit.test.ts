@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import type { CommandContext } from '../../../src/write/command.js';
-import { solutionDecider } from '../../../src/write/deciders.js';
-import { currentSchemaVersion } from '../../../src/write/events.js';
-import { decideSolution, evolveSolution, initialSolutionState, type SolutionCommand } from '../../../src/write/solution.js';
+import type { CommandContext } from '../../../src/domain/command.js';
+import { solutionDecider } from '../../../src/domain/deciders.js';
+import { currentSchemaVersion } from '../../../src/domain/events.js';
+import { decideSolution, evolveSolution, initialSolutionState, type SolutionCommand } from '../../../src/domain/solution.js';
 import {
   at,
   attributesOfSize,

@@ -1,4 +1,4 @@
-import type { Decider } from './execute.js';
+import type { Decider } from '../write/execute.js';
 import type { SolutionEvent, WorkspaceEvent } from './events.js';
 import { decideSolution, evolveSolution, initialSolutionState, type SolutionCommand, type SolutionState } from './solution.js';
 import { decideWorkspace, evolveWorkspace, initialWorkspaceState, type WorkspaceCommand, type WorkspaceState } from './workspace.js';

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { workspaceDecider } from '../../../src/write/deciders.js';
-import { currentSchemaVersion } from '../../../src/write/events.js';
-import type { WorkspaceCommand } from '../../../src/write/workspace.js';
-import { decideWorkspace, evolveWorkspace, initialWorkspaceState } from '../../../src/write/workspace.js';
+import { workspaceDecider } from '../../../src/domain/deciders.js';
+import { currentSchemaVersion } from '../../../src/domain/events.js';
+import type { WorkspaceCommand } from '../../../src/domain/workspace.js';
+import { decideWorkspace, evolveWorkspace, initialWorkspaceState } from '../../../src/domain/workspace.js';
 import {
   at,
   attributesOfSize,
