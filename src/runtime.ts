@@ -8,6 +8,7 @@ import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from './audit/history.js';
 import type { Config } from './config.js';
+import { readPage } from './eventstore/event-log.js';
 import { EventStoreDBEventStore } from './eventstore/eventstoredb.js';
 import type { EventStore } from './eventstore/port.js';
 import { PostgresEventStore } from './eventstore/postgres.js';
@@ -118,9 +119,9 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       await Promise.all([probe('event_store', () => store.ping()), probe('read_database', () => pool.query('SELECT 1'))]);
       if (checks.event_store === 'ok' && checks.read_database === 'ok') {
         await progress.refresh();
-        const [next] = await store.readAll(progress.current, 1);
+        const { end: next } = await readPage(store, progress.current, 1);
         // Behind is normal for a moment under load; behind for longer than a command would wait is not.
-        const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next.position, Math.min(config.projectionWaitMs, 1000))));
+        const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next, Math.min(config.projectionWaitMs, 1000))));
         checks.projection = caughtUp ? 'caught_up' : 'behind';
       }
       return { ready: Object.values(checks).every((value) => value === 'ok' || value === 'caught_up'), checks };

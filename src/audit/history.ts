@@ -1,4 +1,5 @@
 import { notFound } from '../errors.js';
+import { readRecord } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Page, PageRequest } from '../read/pages.js';
@@ -6,7 +7,6 @@ import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
 import type { Envelope } from '../domain/events.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
-import { upcast } from '../domain/upcast.js';
 import type { Workspace } from '../domain/workspace.js';
 
 /**
@@ -28,7 +28,7 @@ const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? works
 
 /** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
 async function accessibleEvents(store: EventStore, kind: RecordKind, id: string, organizations: ReadonlySet<string>): Promise<Envelope[]> {
-  const events = (await store.readStream(streamOf(kind, id))).map(upcast);
+  const events = (await readRecord(store, streamOf(kind, id))).map((logged) => logged.event);
   const created = events[0];
   const organizationId = created && 'organization_id' in created.data ? created.data.organization_id : undefined;
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
@@ -72,7 +72,7 @@ export async function workspaceAsOf(store: EventStore, id: string, organizations
 export async function solutionAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Solution> {
   const state = stateAt(await accessibleEvents(store, 'solution', id, organizations), asOf, solutionDecider);
   if (state.status !== 'active') throw notFound('solution');
-  const workspaceEvents = (await store.readStream(workspaceStream(state.solution.workspace_id))).map(upcast);
+  const workspaceEvents = (await readRecord(store, workspaceStream(state.solution.workspace_id))).map((logged) => logged.event);
   if (stateAt(workspaceEvents, asOf, workspaceDecider).status !== 'active') throw notFound('solution');
   return state.solution;
 }

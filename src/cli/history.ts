@@ -6,11 +6,11 @@
  * when there is one). Read straight from the event log through the port, whatever the record's
  * organization: operators are trusted. Long values are shortened unless --full is given.
  */
+import { readRecord } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
 import type { Envelope } from '../domain/events.js';
-import { upcast } from '../domain/upcast.js';
 import { commandLine, usageError } from './arguments.js';
 
 const tool = 'npm run history';
@@ -66,11 +66,10 @@ function changesOf(event: Envelope, full: boolean): string[] {
 }
 
 async function historyRows(store: EventStore, full: boolean): Promise<Row[]> {
-  const recorded = await store.readStream(kind === 'workspace' ? workspaceStream(id!) : solutionStream(id!));
-  return recorded.map((event) => {
-    const envelope = upcast(event);
+  const recorded = await readRecord(store, kind === 'workspace' ? workspaceStream(id!) : solutionStream(id!));
+  return recorded.map(({ event: envelope, version }) => {
     return {
-      version: event.version.toString(),
+      version: version.toString(),
       when: envelope.metadata.occurred_at,
       who: envelope.metadata.actor,
       event: envelope.type,

@@ -8,6 +8,7 @@
  * The read tables are read in one snapshot together with their checkpoint, and the log is folded
  * up to that checkpoint, so a projector running (or behind) meanwhile causes no false alarms.
  */
+import { readPage } from '../eventstore/event-log.js';
 import type { GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
 import { connectOperator, oneAtATime, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
@@ -56,7 +57,7 @@ try {
   const { checkpoint, actual } = await readTablesAtCheckpoint(connection.pool);
   const expected = await expectedReadModel(connection.store, checkpoint);
   const differences = compareReadModels(expected, actual);
-  const behind = (await connection.store.readAll(checkpoint, 1)).length > 0;
+  const behind = (await readPage(connection.store, checkpoint, 1)).end !== undefined;
   if (behind) {
     process.stderr.write('note: the projection has not applied the newest events yet; compared at its checkpoint\n');
   }

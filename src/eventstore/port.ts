@@ -76,7 +76,11 @@ export interface EventStore {
   append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult>;
   /** All events of one stream, oldest first; an unknown stream is empty. */
   readStream(streamName: string): Promise<RecordedEvent[]>;
-  /** Events after `after` in global order, at most `limit`. Never skips an event that commits later. */
+  /**
+   * Events after `after` in global order, at most `limit`. Never skips an event that commits later.
+   * Only the service's streams (src/eventstore/stream-names.ts): an adapter leaves out everything
+   * else a shared store holds. Read them in domain terms through src/eventstore/event-log.ts.
+   */
   readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]>;
   /** Resolves once events after `after` may be readable, when `signal` aborts, or after `timeoutMs`. */
   waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void>;

@@ -89,7 +89,8 @@ export class PgListener {
     if (!set) {
       set = new Set();
       this.handlers.set(channel, set);
-      this.client?.query(`LISTEN ${pg.escapeIdentifier(channel)}`).catch(() => undefined);
+      // A lost LISTEN is re-issued by connect() after the reconnect that the lost connection causes.
+      this.serially(this.client, `LISTEN ${pg.escapeIdentifier(channel)}`).catch(() => undefined);
     }
     set.add(handler);
     return () => set.delete(handler);
@@ -108,13 +109,22 @@ export class PgListener {
     const client = this.client;
     if (!client) return;
     this.notifying.add(channel);
-    client
-      .query('SELECT pg_notify($1, $2)', [channel, ''])
+    // A lost notification is only a lost wake-up: waiters also poll.
+    this.serially(client, 'SELECT pg_notify($1, $2)', [channel, ''])
       .catch(() => undefined)
       .finally(() => {
         this.notifying.delete(channel);
         if (this.notifyAgain.delete(channel)) this.notify(channel);
       });
+  }
+
+  /** One statement at a time on the one connection: pg 9 refuses statements sent while one runs. */
+  private queue: Promise<unknown> = Promise.resolve();
+  private serially(client: pg.Client | undefined, sql: string, params: unknown[] = []): Promise<unknown> {
+    if (!client) return Promise.resolve();
+    const next = this.queue.then(() => client.query(sql, params));
+    this.queue = next.catch(() => undefined);
+    return next;
   }
 
   onReconnect(handler: () => void): void {

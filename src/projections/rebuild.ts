@@ -2,15 +2,14 @@ import pg from 'pg';
 import { pino, type Logger } from 'pino';
 import { ConfigError, parseConfig, type Config } from '../config.js';
 import { EventStoreDBEventStore } from '../eventstore/eventstoredb.js';
-import { comparePositions, startOfLog, type EventStore, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
+import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { PostgresEventStore } from '../eventstore/postgres.js';
-import { isServiceStream } from '../eventstore/stream-names.js';
+import { readPage } from '../eventstore/event-log.js';
 import { startEmbeddedPostgres } from '../infra/embedded-postgres.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { migrate } from '../infra/migrate.js';
 import { connectionSettings, createPool, PgListener, type Pool } from '../infra/postgres.js';
 import type { Envelope } from '../domain/events.js';
-import { upcast } from '../domain/upcast.js';
 import { applyBatch, rowsNeeded, type BatchChanges, type CountDelta, type LoadedRows, type RowsNeeded } from './batch.js';
 import { encodePosition, progressChannel } from './progress.js';
 import { readModelSchema } from './schema.js';
@@ -317,7 +316,7 @@ async function catchUp(
   progress: () => void,
 ): Promise<void> {
   const { writer, solutionWriter, loader } = connections;
-  let reading = store.readAll(state.position, batchSize);
+  let reading = readPage(store, state.position, batchSize);
   let writing: { batch: Batch; done: Promise<void> } | undefined;
   const settle = async () => {
     if (!writing) return;
@@ -331,14 +330,14 @@ async function catchUp(
     let from = state.position;
     for (;;) {
       if (signal?.aborted) throw new RebuildAborted();
-      const events = await reading;
-      if (events.length === 0) break;
-      const to = events[events.length - 1]!.position;
+      const { events, end: to } = await reading;
+      if (!to) break;
       const full = events.length >= batchSize;
-      reading = full ? store.readAll(to, batchSize) : Promise.resolve([]);
+      reading = full ? readPage(store, to, batchSize) : Promise.resolve({ events: [], end: undefined });
+      // Awaited in the next round; a failure meanwhile must not count as unhandled.
       reading.catch(() => undefined);
 
-      const envelopes = domainEvents(events);
+      const envelopes = events.map((logged) => logged.event);
       const loaded = await cache.load(loader, envelopes, writing?.batch.changes);
       const batch = await foldBatch(from, to, events.length, envelopes, loaded);
       cache.remember(batch.changes, loaded);
@@ -361,12 +360,6 @@ const isPowerOfTwo = (n: number) => n > 0 && (n & (n - 1)) === 0;
 async function analyze(client: pg.Client): Promise<void> {
   await client.query('ANALYZE workspaces');
   await client.query('ANALYZE solutions');
-}
-
-function domainEvents(events: RecordedEvent[]): Envelope[] {
-  const envelopes: Envelope[] = [];
-  for (const event of events) if (isServiceStream(event.streamName)) envelopes.push(upcast(event));
-  return envelopes;
 }
 
 /**
@@ -686,11 +679,11 @@ async function trySwitch(
     // The rest of the log, up to the head as it stands with the live projector held (what is
     // appended meanwhile is the live projector's once it restarts from the new checkpoint).
     for (;;) {
-      const events = await store.readAll(tentative.position, batchSize);
-      if (events.length > 0) {
-        const envelopes = domainEvents(events);
+      const { events, end } = await readPage(store, tentative.position, batchSize);
+      if (end) {
+        const envelopes = events.map((logged) => logged.event);
         const loaded = await loadRows(oneAtATime(client), rowsNeeded(envelopes));
-        const batch = await foldBatch(tentative.position, events[events.length - 1]!.position, events.length, envelopes, loaded);
+        const batch = await foldBatch(tentative.position, end, events.length, envelopes, loaded);
         await writeBatchInTransaction(client, batch);
         commit(tentative, batch);
       }

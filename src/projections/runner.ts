@@ -1,10 +1,10 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { readPage } from '../eventstore/event-log.js';
 import type { EventStore, GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings } from '../infra/postgres.js';
-import { isServiceStream } from '../eventstore/stream-names.js';
-import { upcast } from '../domain/upcast.js';
+import type { Envelope } from '../domain/events.js';
 import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
 import { advanceCheckpoint, loadRows, readCheckpoint, writeChanges } from './tables.js';
@@ -110,15 +110,19 @@ export class ProjectionRunner {
     let idlePollMs = minIdlePollMs;
     while (!this.abort.signal.aborted) {
       await this.renew(client);
-      const events = await store.readAll(checkpoint, batchSize);
-      if (events.length === 0) {
+      const { events, end: last } = await readPage(store, checkpoint, batchSize);
+      if (!last) {
         await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
         idlePollMs = Math.min(idlePollMs * 2, maxIdlePollMs);
         continue;
       }
       idlePollMs = minIdlePollMs;
-      const last = events[events.length - 1]!.position;
-      const changes = await this.applyInTransaction(client, checkpoint, last, events.filter((e) => isServiceStream(e.streamName)).map(upcast));
+      const changes = await this.applyInTransaction(
+        client,
+        checkpoint,
+        last,
+        events.map((logged) => logged.event),
+      );
       checkpoint = last;
       this.failures = 0; // back-off grows while batches keep failing, and only then
       progress.advance(checkpoint);
@@ -130,7 +134,7 @@ export class ProjectionRunner {
     client: pg.Client,
     from: GlobalPosition,
     to: GlobalPosition,
-    events: ReturnType<typeof upcast>[],
+    events: Envelope[],
   ): Promise<BatchChanges> {
     await client.query('BEGIN');
     try {

@@ -1,9 +1,8 @@
+import { walkLog } from '../eventstore/event-log.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
-import { isServiceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
 import { isSolutionEvent, isWorkspaceEvent } from '../domain/events.js';
 import { evolveSolution, initialSolutionState, type Solution, type SolutionState } from '../domain/solution.js';
-import { upcast } from '../domain/upcast.js';
 import { evolveWorkspace, initialWorkspaceState, type Workspace, type WorkspaceState } from '../domain/workspace.js';
 import { solutionColumns, workspaceColumns } from './tables.js';
 
@@ -22,21 +21,15 @@ export type ReadModelSnapshot = {
 export async function expectedReadModel(store: EventStore, until?: GlobalPosition): Promise<ReadModelSnapshot> {
   const workspaceStates = new Map<string, WorkspaceState>();
   const solutionStates = new Map<string, SolutionState>();
-  let position = startOfLog;
-  for (;;) {
-    const batch = await store.readAll(position, 2000);
-    for (const recorded of batch) {
-      if (until && comparePositions(recorded.position, until) > 0) return snapshotOf(workspaceStates, solutionStates);
-      if (!isServiceStream(recorded.streamName)) continue;
-      const event = upcast(recorded);
+  for await (const page of walkLog(store, startOfLog, 2000)) {
+    for (const { event, streamName, position } of page) {
+      if (until && comparePositions(position, until) > 0) return snapshotOf(workspaceStates, solutionStates);
       if (isWorkspaceEvent(event)) {
-        workspaceStates.set(recorded.streamName, evolveWorkspace(workspaceStates.get(recorded.streamName) ?? initialWorkspaceState, event));
+        workspaceStates.set(streamName, evolveWorkspace(workspaceStates.get(streamName) ?? initialWorkspaceState, event));
       } else if (isSolutionEvent(event)) {
-        solutionStates.set(recorded.streamName, evolveSolution(solutionStates.get(recorded.streamName) ?? initialSolutionState, event));
+        solutionStates.set(streamName, evolveSolution(solutionStates.get(streamName) ?? initialSolutionState, event));
       }
     }
-    if (batch.length === 0) break;
-    position = batch[batch.length - 1]!.position;
   }
   return snapshotOf(workspaceStates, solutionStates);
 }

@@ -1,11 +1,11 @@
 import type { Logger } from 'pino';
+import { readRecord } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
 import type { CommandContext } from '../domain/command.js';
 import { solutionDecider } from '../domain/deciders.js';
 import { execute } from './execute.js';
-import { upcast } from '../domain/upcast.js';
 
 const parallelAppends = 8;
 const maxRetryDelayMs = 30_000;
@@ -89,7 +89,7 @@ export class CascadeWorker {
 
   private async cascadeWorkspace(workspaceId: string, solutionIds: string[]): Promise<void> {
     if (solutionIds.length === 0) return;
-    const deletion = (await this.store.readStream(workspaceStream(workspaceId))).map(upcast).find((event) => event.type === 'WorkspaceDeleted');
+    const deletion = (await readRecord(this.store, workspaceStream(workspaceId))).map((logged) => logged.event).find((event) => event.type === 'WorkspaceDeleted');
     if (!deletion) {
       this.logger.error({ workspaceId, solutionIds }, 'cascade pending for a workspace that is not deleted; dropped');
     }

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { ServiceError, unavailable } from '../errors.js';
+import { readRecord } from '../eventstore/event-log.js';
 import { StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
-import { upcast } from '../domain/upcast.js';
 
 export type Decider<Command, State, Event extends DomainEvent> = {
   initialState: State;
@@ -27,8 +27,8 @@ export async function loadState<State, Event extends DomainEvent>(
 }
 
 async function loadEvents(store: EventStore, streamName: string) {
-  const recorded = await store.readStream(streamName);
-  return { events: recorded.map((event) => upcast(event)), positions: recorded.map((event) => event.position) };
+  const recorded = await readRecord(store, streamName);
+  return { events: recorded.map((logged) => logged.event), positions: recorded.map((logged) => logged.position) };
 }
 
 const fold = <State, Event extends DomainEvent>(decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>, events: Envelope[]) =>
