@@ -137,7 +137,15 @@ class HistoryGenerator {
     add(this.activeWorkspaces, id);
     const organizationId = `org_bench${Math.floor(this.random() * 100)}`;
     const events = decideWorkspace(
-      { type: 'CreateWorkspace', id, organizationId, name: `workspace ${this.counter}`, description: 'seeded', attributes: { tier: this.counter % 3 }, context: this.context() },
+      {
+        type: 'CreateWorkspace',
+        id,
+        organizationId,
+        name: `workspace ${this.counter}`,
+        description: 'seeded',
+        attributes: { tier: this.counter % 3 },
+        context: this.context(),
+      },
       initialWorkspaceState,
     );
     return this.workspaceEvents(id, events);
@@ -253,7 +261,6 @@ async function seed(client: pg.Client, count: number): Promise<void> {
   out(`seeded ${integer.format(written)} events in ${streams.length} streams in ${((performance.now() - started) / 1000).toFixed(1)} s`);
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // CPU accounting (Linux): this process, the PostgreSQL server (postmaster with its reaped and
 // live children) and the whole machine, so that a figure taken on a busy or stolen-from virtual
@@ -289,14 +296,15 @@ function machineTicks(): { busy: number; steal: number; total: number } {
   const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = cpu;
   return { busy: user + nice + system + irq + softirq, steal, total: user + nice + system + idle + iowait + irq + softirq + steal };
 }
-const findPostmaster = () => (() => {
-  try {
-    const dataDir = process.env.DATA_DIR || path.join(tmpdir(), 'wsapi-bench-rebuild');
-    return process.env.DATABASE_URL ? undefined : Number(readFileSync(path.join(dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0]);
-  } catch {
-    return undefined;
-  }
-})();
+const findPostmaster = () =>
+  (() => {
+    try {
+      const dataDir = process.env.DATA_DIR || path.join(tmpdir(), 'wsapi-bench-rebuild');
+      return process.env.DATABASE_URL ? undefined : Number(readFileSync(path.join(dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0]);
+    } catch {
+      return undefined;
+    }
+  })();
 
 // ---------------------------------------------------------------------------------------------
 
@@ -348,12 +356,15 @@ try {
       if (p.phase === 'switching' && copyDoneAt === 0) copyDoneAt = p.elapsedMs;
       if (p.elapsedMs - lastLine >= 5000) {
         lastLine = p.elapsedMs;
-        out(`  ${integer.format(p.done)}/${integer.format(p.total ?? 0)} events, ${integer.format((p.done / p.elapsedMs) * 1000)} events/s`);
+        out(
+          `  ${integer.format(p.done)}/${integer.format(p.total ?? 0)} events, ${integer.format((p.done / p.elapsedMs) * 1000)} events/s`,
+        );
       }
     },
   });
-  const counts = (await pool.query<{ w: string; s: string }>('SELECT (SELECT count(*) FROM workspaces) AS w, (SELECT count(*) FROM solutions) AS s'))
-    .rows[0]!;
+  const counts = (
+    await pool.query<{ w: string; s: string }>('SELECT (SELECT count(*) FROM workspaces) AS w, (SELECT count(*) FROM solutions) AS s')
+  ).rows[0]!;
   out(
     `rebuilt ${integer.format(result.events)} events in ${(result.elapsedMs / 1000).toFixed(2)} s: ` +
       `${integer.format(result.eventsPerSecond)} events/s overall ` +
@@ -365,7 +376,8 @@ try {
   const machine = machineTicks();
   const machineTotal = machine.total - cpuBefore.machine.total;
   const nodeSeconds = (nodeCpu.user + nodeCpu.system) / 1e6;
-  const postgresSeconds = postgresAfter !== undefined && cpuBefore.postgres !== undefined ? (postgresAfter - cpuBefore.postgres) / ticksPerSecond : undefined;
+  const postgresSeconds =
+    postgresAfter !== undefined && cpuBefore.postgres !== undefined ? (postgresAfter - cpuBefore.postgres) / ticksPerSecond : undefined;
   out(
     `cpu: node ${nodeSeconds.toFixed(1)} s` +
       (postgresSeconds === undefined ? '' : `, postgres ${postgresSeconds.toFixed(1)} s`) +
@@ -374,7 +386,9 @@ try {
       `${((100 * (machine.steal - cpuBefore.machine.steal)) / machineTotal).toFixed(0)}% stolen by the hypervisor`,
   );
   if (postgresSeconds !== undefined) {
-    out(`cpu-bound rate on ${cpus().length} idle cores: ${integer.format(result.events / Math.max(nodeSeconds, (nodeSeconds + postgresSeconds) / cpus().length))} events/s (at best)`);
+    out(
+      `cpu-bound rate on ${cpus().length} idle cores: ${integer.format(result.events / Math.max(nodeSeconds, (nodeSeconds + postgresSeconds) / cpus().length))} events/s (at best)`,
+    );
   }
   if (values.verify) {
     const differences = compareReadModels(await expectedReadModel(store), await actualReadModel(pool));

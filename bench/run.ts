@@ -35,7 +35,13 @@ const organization = 'org_bench';
 const secret = 'bench-secret-bench-secret-bench-secret!!';
 
 const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-bench-'));
-const config = parseConfig({ ...process.env, DATA_DIR: dataDir, AUTH_JWT_SECRET: secret, LOG_LEVEL: 'silent', PROJECTION_WAIT_MS: '60000' });
+const config = parseConfig({
+  ...process.env,
+  DATA_DIR: dataDir,
+  AUTH_JWT_SECRET: secret,
+  LOG_LEVEL: 'silent',
+  PROJECTION_WAIT_MS: '60000',
+});
 const logger = pino({ level: 'silent' });
 const runtime = await startRuntime(config, logger);
 const clock = createClock();
@@ -69,7 +75,9 @@ try {
           },
           initialWorkspaceState,
         );
-        await runtime.store.append(workspaceStream(id), 0n, [{ id: randomUUID(), type: event!.type, data: event!.data, metadata: event!.metadata }]);
+        await runtime.store.append(workspaceStream(id), 0n, [
+          { id: randomUUID(), type: event!.type, data: event!.data, metadata: event!.metadata },
+        ]);
       }
     }),
   );
@@ -86,7 +94,13 @@ try {
   for (let i = 0; i < samples; i++) {
     const id = `ws_lag${i}`;
     const [event] = decideWorkspace(
-      { type: 'CreateWorkspace', id, organizationId: 'org_lag', name: 'lag', context: { actor: 'bench', requestId: randomUUID(), now: clock() } },
+      {
+        type: 'CreateWorkspace',
+        id,
+        organizationId: 'org_lag',
+        name: 'lag',
+        context: { actor: 'bench', requestId: randomUUID(), now: clock() },
+      },
       initialWorkspaceState,
     );
     const started = performance.now();
@@ -133,14 +147,18 @@ try {
   const page1 = summary(timings.page1);
   const page1000 = summary(timings.page1000);
   const lag = summary(lags);
-  console.log(`records: ${workspaceCount} workspaces in one organization; ${samples} samples each; PostgreSQL ${config.databaseUrl ? 'DATABASE_URL' : 'embedded'}`);
+  console.log(
+    `records: ${workspaceCount} workspaces in one organization; ${samples} samples each; PostgreSQL ${config.databaseUrl ? 'DATABASE_URL' : 'embedded'}`,
+  );
   console.log(`appends:         ${fmt(workspaceCount / appendSeconds)} appends/s (${writers} concurrent writers, 1 event each)`);
   console.log(`projection:      ${backlog.length} events behind when the writers finished; caught up ${fmt(catchUpMillis)} ms later`);
   console.log(`projection lag:  p50 ${fmt(lag.p50)} ms, p95 ${fmt(lag.p95)} ms, p99 ${fmt(lag.p99)} ms (commit to applied)`);
   console.log(`get_workspace:   p50 ${fmt(get.p50)} ms, p95 ${fmt(get.p95)} ms, p99 ${fmt(get.p99)} ms`);
   console.log(`list page 1:     p50 ${fmt(page1.p50)} ms, p95 ${fmt(page1.p95)} ms, p99 ${fmt(page1.p99)} ms (size 100)`);
   console.log(`list page ${lastPage}:  p50 ${fmt(page1000.p50)} ms, p95 ${fmt(page1000.p95)} ms, p99 ${fmt(page1000.p99)} ms (size 100)`);
-  console.log(`ratio page ${lastPage} / page 1 (p50): ${fmt(page1000.p50 / page1.p50)}x; list page 1 / get (p50): ${fmt(page1.p50 / get.p50)}x`);
+  console.log(
+    `ratio page ${lastPage} / page 1 (p50): ${fmt(page1000.p50 / page1.p50)}x; list page 1 / get (p50): ${fmt(page1.p50 / get.p50)}x`,
+  );
 } finally {
   await runtime.close();
   rmSync(dataDir, { recursive: true, force: true });

@@ -70,7 +70,7 @@ const database = new pg.Pool({ connectionString: databaseUrl, max: 2 });
 /** Processes frozen now: a call to one of them waits for the process, not for the service, and is not counted as a wait. */
 const frozen = new Set<ServiceProcess>();
 
-type Answer = { status: number; body: any; ms: number; toFrozen: boolean };
+type Answer = { status: number; body: { data?: { id: string } } | undefined; ms: number; toFrozen: boolean };
 async function call(instance: ServiceProcess, query: string, params: unknown, key?: string): Promise<Answer> {
   const started = performance.now();
   let toFrozen = frozen.has(instance);
@@ -82,7 +82,7 @@ async function call(instance: ServiceProcess, query: string, params: unknown, ke
       body: JSON.stringify({ query, params }),
       signal: AbortSignal.timeout(30_000),
     });
-    return { status: response.status, body: await response.json(), ms: performance.now() - started, toFrozen };
+    return { status: response.status, body: (await response.json()) as Answer['body'], ms: performance.now() - started, toFrozen };
   } catch {
     return { status: 0, body: undefined, ms: performance.now() - started, toFrozen };
   } finally {
@@ -116,7 +116,8 @@ async function keyedCommand(query: string, params: unknown): Promise<Answer> {
   for (let attempt = 0; ; attempt++) {
     const answer = await call(pick(live()), query, params, key);
     if (answer.status !== 0 && answer.status !== 409 && answer.status < 500) {
-      if (firstFailure !== undefined) figures.longestKeyedRecoveryMs = Math.max(figures.longestKeyedRecoveryMs, performance.now() - firstFailure);
+      if (firstFailure !== undefined)
+        figures.longestKeyedRecoveryMs = Math.max(figures.longestKeyedRecoveryMs, performance.now() - firstFailure);
       return answer;
     }
     firstFailure ??= performance.now();
@@ -138,13 +139,16 @@ async function client(): Promise<void> {
       mine.length === 0 || roll < 0.4
         ? ['create_workspace', { organization_id: org, name: `soak ${Math.floor(random() * 1e6)}` }]
         : roll < 0.85
-          ? ['update_workspace', { id: pick(mine), name: `renamed ${Math.floor(random() * 1e6)}`, attributes: { n: Math.floor(random() * 100) } }]
+          ? [
+              'update_workspace',
+              { id: pick(mine), name: `renamed ${Math.floor(random() * 1e6)}`, attributes: { n: Math.floor(random() * 100) } },
+            ]
           : ['delete_workspace', { id: mine.splice(Math.floor(random() * mine.length), 1)[0]! }];
     figures.commands += 1;
     const answer = keyed ? await keyedCommand(query, params) : await call(pick(live()), query, params);
     if (answer.status === 200) {
       if (!answer.toFrozen) figures.longestCommandMs = Math.max(figures.longestCommandMs, answer.ms);
-      if (query === 'create_workspace') mine.push(answer.body.data.id);
+      if (query === 'create_workspace' && answer.body?.data) mine.push(answer.body.data.id);
     }
   }
 }
@@ -190,7 +194,9 @@ async function faults(): Promise<void> {
       await leader.instance.signal('SIGCONT');
       frozen.delete(leader.instance);
     } else {
-      await database.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()');
+      await database.query(
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+      );
       figures.terminations += 1;
     }
   }
@@ -212,7 +218,7 @@ try {
   const store: EventStore = standIn ? new EventStoreDBEventStore(standIn.url, { logger }) : new PostgresEventStore(pool, listener);
   const commandIds = new Map<string, number>();
   let events = 0;
-  for (let after = startOfLog; ; ) {
+  for (let after = startOfLog; ;) {
     const page = await store.readAll(after, 1000);
     if (page.length === 0) break;
     for (const event of page) {
@@ -241,7 +247,10 @@ try {
     ['projections:verify differences', String(differences.length)],
     ['longest wait from a keyed failure to its answer', `${(figures.longestKeyedRecoveryMs / 1000).toFixed(2)} s`],
     ['frozen leader replaced after', replaced.length ? replaced.map((ms) => `${(ms / 1000).toFixed(2)} s`).join(', ') : 'no freeze'],
-    ['longest command (instances not frozen)', `${(figures.longestCommandMs / 1000).toFixed(2)} s (PROJECTION_WAIT_MS ${projectionWaitMs / 1000} s)`],
+    [
+      'longest command (instances not frozen)',
+      `${(figures.longestCommandMs / 1000).toFixed(2)} s (PROJECTION_WAIT_MS ${projectionWaitMs / 1000} s)`,
+    ],
   ];
   const width = Math.max(...rows.map(([name]) => name.length));
   for (const [name, value] of rows) process.stdout.write(`${name.padEnd(width)}  ${value}\n`);

@@ -13,12 +13,7 @@ const optionalUrl = (protocols: RegExp, hint: string) =>
 const integer = (fallback: number, min: number, max: number) =>
   z.preprocess(
     emptyAsUndefined,
-    z
-      .string()
-      .regex(/^\d+$/, 'must be a whole number')
-      .transform(Number)
-      .pipe(z.number().int().min(min).max(max))
-      .default(fallback),
+    z.string().regex(/^\d+$/, 'must be a whole number').transform(Number).pipe(z.number().int().min(min).max(max)).default(fallback),
   );
 
 const environmentSchema = z
@@ -49,10 +44,7 @@ const environmentSchema = z
     PROJECTION_WAIT_MS: integer(5000, 0, 600_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
-    LOG_LEVEL: z.preprocess(
-      emptyAsUndefined,
-      z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-    ),
+    LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
   })
   .superRefine((env, ctx) => {
     if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
@@ -62,7 +54,8 @@ const environmentSchema = z
       ctx.addIssue({
         code: 'custom',
         path: ['AUTH_JWT_SECRET'],
-        message: 'with DATABASE_URL set, AUTH_JWT_SECRET or AUTH_JWKS_URL is required (only the embedded mode generates a development secret)',
+        message:
+          'with DATABASE_URL set, AUTH_JWT_SECRET or AUTH_JWKS_URL is required (only the embedded mode generates a development secret)',
       });
     }
   });

@@ -29,8 +29,7 @@ export class ServiceError extends Error {
 
 export const notFound = (what: string) => new ServiceError('not_found', `${what} not found`);
 
-export const invalid = (path: string, message: string) =>
-  new ServiceError('validation_error', 'invalid parameters', [{ path, message }]);
+export const invalid = (path: string, message: string) => new ServiceError('validation_error', 'invalid parameters', [{ path, message }]);
 
 /** The event store or read database cannot be reached, or did not answer in time. */
 export const unavailable = (message = 'the service is temporarily unavailable') => new ServiceError('unavailable', message);

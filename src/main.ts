@@ -54,7 +54,9 @@ async function main(): Promise<void> {
     address = await app.listen({ port: config.port, host: config.host });
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error;
-    process.stderr.write(`port ${config.port} on ${config.host} is already in use: set PORT to a free port (for example PORT=${config.port + 1} npm start)\n`);
+    process.stderr.write(
+      `port ${config.port} on ${config.host} is already in use: set PORT to a free port (for example PORT=${config.port + 1} npm start)\n`,
+    );
     await shutdown('EADDRINUSE');
     process.exit(1);
   }

@@ -128,7 +128,17 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     };
 
     return {
-      services: { verifyToken: createTokenVerifier(auth), idempotency: new IdempotencyKeys(pool, () => listener.session), commands, queries, readiness },
+      services: {
+        verifyToken: createTokenVerifier(auth),
+        idempotency: new IdempotencyKeys(
+          pool,
+          () => listener.session,
+          (error) => logger.warn({ err: error.message }, 'expired idempotency keys not deleted; retrying in a minute'),
+        ),
+        commands,
+        queries,
+        readiness,
+      },
       auth,
       databaseUrl,
       pool,

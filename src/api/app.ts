@@ -94,7 +94,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     return503OnClosing: false,
 
     // A path with invalid percent-encoding never reaches a route; it still gets the contract's body.
-    frameworkErrors: (_error, request, reply) => sendServiceError(new ServiceError('bad_request', 'the request path is not valid'), request, reply),
+    frameworkErrors: (_error, request, reply) => {
+      sendServiceError(new ServiceError('bad_request', 'the request path is not valid'), request, reply);
+    },
     clientErrorHandler: answerClientError,
   });
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
@@ -121,7 +123,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     if (closing) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
   });
   app.addHook('onResponse', async (request, reply) => {
-    request.log.info({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'request');
+    request.log.info(
+      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+      'request',
+    );
   });
   app.setErrorHandler((error, request, reply) => sendError(error, request, reply));
   app.setNotFoundHandler((request, reply) => sendError(new ServiceError('not_found', 'no such endpoint'), request, reply));
@@ -160,7 +165,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const parsed = paramsSchemas[query].safeParse(params);
       const inexact = inexactNumbersOf(request.body);
       if (!parsed.success || inexact.length > 0) {
-        throw new ServiceError('validation_error', 'invalid parameters', [...(parsed.success ? [] : zodDetails(parsed.error, 'params')), ...inexact]);
+        throw new ServiceError('validation_error', 'invalid parameters', [
+          ...(parsed.success ? [] : zodDetails(parsed.error, 'params')),
+          ...inexact,
+        ]);
       }
       const requestHash = key === undefined ? undefined : IdempotencyKeys.hash(query, params);
       const caller: Caller = {
@@ -198,15 +206,24 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         const status = statusOf[serviceError.code];
         // After a 5xx the key is given back: a retry runs at once and, if the events did land,
         // answers what they did (they carry the command's id).
-        await (status < 500 ? claim.complete({ status, body: errorBody(serviceError, request.id) }) : claim.release()).catch((keyError: unknown) =>
-          request.log.warn({ err: (keyError as Error).message }, 'could not record the outcome of a keyed request; a retry finds it in the events'),
+        await (status < 500 ? claim.complete({ status, body: errorBody(serviceError, request.id) }) : claim.release()).catch(
+          (keyError: unknown) =>
+            request.log.warn(
+              { err: (keyError as Error).message },
+              'could not record the outcome of a keyed request; a retry finds it in the events',
+            ),
         );
         throw error;
       }
       // The command's events are stored: its answer stands even if keeping it for replays fails.
-      await claim.complete({ status: 200, body }).catch((keyError: unknown) =>
-        request.log.warn({ err: (keyError as Error).message }, 'could not keep the answer of a keyed request; a retry finds it in the events'),
-      );
+      await claim
+        .complete({ status: 200, body })
+        .catch((keyError: unknown) =>
+          request.log.warn(
+            { err: (keyError as Error).message },
+            'could not keep the answer of a keyed request; a retry finds it in the events',
+          ),
+        );
       return body;
     },
   });

@@ -39,8 +39,14 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
   };
   const verify =
     settings.kind === 'secret'
-      ? ((secret: Uint8Array) => (token: string) => jwtVerify(token, secret, options))(new TextEncoder().encode(settings.secret))
-      : ((keys: JWTVerifyGetKey) => (token: string) => jwtVerify(token, keys, options))(remoteKeys(settings.jwksUrl));
+      ? (
+          (secret: Uint8Array) => (token: string) =>
+            jwtVerify(token, secret, options)
+        )(new TextEncoder().encode(settings.secret))
+      : (
+          (keys: JWTVerifyGetKey) => (token: string) =>
+            jwtVerify(token, keys, options)
+        )(remoteKeys(settings.jwksUrl));
 
   return async (authorization) => {
     const match = /^Bearer +([A-Za-z0-9._~+/=-]+) *$/i.exec(authorization ?? '');

@@ -32,7 +32,8 @@ const fastifyCodes: Record<string, [ErrorCode, string]> = {
 export function toServiceError(error: unknown): ServiceError {
   if (error instanceof ServiceError) return error;
   if (error instanceof RecordNotFound) return new ServiceError('not_found', error.message);
-  if (error instanceof InvalidValue) return new ServiceError('validation_error', 'invalid parameters', [{ path: `params.${error.field}`, message: error.message }]);
+  if (error instanceof InvalidValue)
+    return new ServiceError('validation_error', 'invalid parameters', [{ path: `params.${error.field}`, message: error.message }]);
   if (error instanceof RecordIdTaken) return new ServiceError('internal_error', 'an unexpected error occurred');
   if (error instanceof EventStoreUnavailable || isConnectionError(error)) {
     return new ServiceError('unavailable', 'the service is temporarily unavailable');
@@ -53,7 +54,12 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
 }
 
 /** Sends the contract's error body for `serviceError`; `cause` is logged for a 5xx. */
-export function sendServiceError(serviceError: ServiceError, request: FastifyRequest, reply: FastifyReply, cause: unknown = serviceError): FastifyReply {
+export function sendServiceError(
+  serviceError: ServiceError,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  cause: unknown = serviceError,
+): FastifyReply {
   const status = statusOf[serviceError.code];
   if (status >= 500) request.log.error({ err: cause }, 'request failed');
   else request.log.info({ code: serviceError.code }, serviceError.message);

@@ -39,6 +39,8 @@ export class IdempotencyKeys {
   constructor(
     private readonly pool: Pool,
     private readonly holder: ClaimHolder,
+    /** Told when deleting expired keys failed; the next request a minute later tries again. */
+    private readonly onPurgeFailure?: (error: Error) => void,
   ) {}
 
   static parseKey(header: string | string[] | undefined): string | undefined {
@@ -50,12 +52,16 @@ export class IdempotencyKeys {
   }
 
   static hash(query: string, params: unknown): string {
-    return createHash('sha256').update(JSON.stringify([query, params])).digest('hex');
+    return createHash('sha256')
+      .update(JSON.stringify([query, params]))
+      .digest('hex');
   }
 
   /** The id of one caller's keyed request, which its events carry (EventMetadata.command_id). */
   static commandId(subject: string, key: string, requestHash: string): string {
-    return createHash('sha256').update(JSON.stringify([subject, key, requestHash])).digest('base64url');
+    return createHash('sha256')
+      .update(JSON.stringify([subject, key, requestHash]))
+      .digest('base64url');
   }
 
   /** Claims the key for this request, or returns the answer to replay. */
@@ -70,10 +76,19 @@ export class IdempotencyKeys {
     throw new ServiceError('conflict', 'a request with this Idempotency-Key is still being processed');
   }
 
-  private async tryBegin(subject: string, key: string, requestHash: string): Promise<{ claim: Claim } | { replay: StoredResponse } | 'retry'> {
+  private async tryBegin(
+    subject: string,
+    key: string,
+    requestHash: string,
+  ): Promise<{ claim: Claim } | { replay: StoredResponse } | 'retry'> {
     const claim = randomUUID();
     const holder = this.holder();
-    const { rows } = await this.pool.query<{ claimed: boolean; request_hash: string; response_status: number | null; response_body: unknown }>(
+    const { rows } = await this.pool.query<{
+      claimed: boolean;
+      request_hash: string;
+      response_status: number | null;
+      response_body: unknown;
+    }>(
       `WITH claimed AS (
          INSERT INTO idempotency_keys AS k (subject, key, request_hash, claim, holder_pid, holder_started)
          VALUES ($1, $2, $3, $4, $5, $6)
@@ -130,6 +145,6 @@ export class IdempotencyKeys {
         `DELETE FROM idempotency_keys WHERE ctid IN (
            SELECT ctid FROM idempotency_keys WHERE created_at < now() - make_interval(hours => ${retentionHours}) LIMIT 10000)`,
       )
-      .catch(() => undefined);
+      .catch((error: unknown) => this.onPurgeFailure?.(error as Error));
   }
 }

@@ -50,10 +50,9 @@ type Container = { kind: 'object'; key: string } | { kind: 'array'; index: numbe
 function findInexactNumbers(text: string): ErrorDetail[] {
   const found: ErrorDetail[] = [];
   const path: Container[] = [];
-  const where = () =>
-    path.map((container) => (container.kind === 'object' ? container.key : String(container.index))).join('.');
+  const where = () => path.map((container) => (container.kind === 'object' ? container.key : String(container.index))).join('.');
   let expectKey = false;
-  for (let at = 0; at < text.length; ) {
+  for (let at = 0; at < text.length;) {
     const char = text[at]!;
     if (char === '"') {
       const end = endOfString(text, at);
@@ -79,7 +78,8 @@ function findInexactNumbers(text: string): ErrorDetail[] {
       at += 1;
     } else if (char === '-' || (char >= '0' && char <= '9')) {
       const literal = /^-?\d+(\.\d+)?([eE][+-]?\d+)?/.exec(text.slice(at, at + 400))![0];
-      if (!isExact(literal)) found.push({ path: where(), message: 'is a number that cannot be stored exactly as sent; send it as a string' });
+      if (!isExact(literal))
+        found.push({ path: where(), message: 'is a number that cannot be stored exactly as sent; send it as a string' });
       at += literal.length;
     } else {
       at += 1;

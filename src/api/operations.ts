@@ -122,10 +122,7 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     kind: 'query',
     scope: 'solutions:read',
     run: async ({ page, size, workspace_id, organization_id }, { caller, queries }) =>
-      pageOf(
-        await queries.listSolutions(visibleOrganizations(caller, organization_id), workspace_id, { page, size }),
-        solutionResponse,
-      ),
+      pageOf(await queries.listSolutions(visibleOrganizations(caller, organization_id), workspace_id, { page, size }), solutionResponse),
   },
   create_solution: {
     kind: 'command',

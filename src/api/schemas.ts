@@ -1,14 +1,5 @@
 import { z } from 'zod';
-import {
-  attributes,
-  description,
-  documentation,
-  instant,
-  name,
-  organizationId,
-  solutionId,
-  workspaceId,
-} from '../domain/values.js';
+import { attributes, description, documentation, instant, name, organizationId, solutionId, workspaceId } from '../domain/values.js';
 
 /** The request envelope (contract §1): exactly `query` and `params`. */
 export const envelopeSchema = z.strictObject({

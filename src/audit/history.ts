@@ -55,14 +55,23 @@ export async function recordHistory(
 }
 
 /** A record's state at `asOf`, folded with the write side's own evolve from the events up to then. */
-function stateAt<State>(events: Envelope[], asOf: Timestamp, decider: { initialState: State; evolve: (state: State, event: never) => State }): State {
+function stateAt<State>(
+  events: Envelope[],
+  asOf: Timestamp,
+  decider: { initialState: State; evolve: (state: State, event: never) => State },
+): State {
   return events
     .filter((event) => event.metadata.occurred_at <= asOf)
     .reduce((current, event) => decider.evolve(current, event as never), decider.initialState);
 }
 
 /** The workspace as it was at `asOf`; 404 if it did not exist then. */
-export async function workspaceAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Workspace> {
+export async function workspaceAsOf(
+  store: EventStore,
+  id: string,
+  organizations: ReadonlySet<string>,
+  asOf: Timestamp,
+): Promise<Workspace> {
   const state = stateAt(await accessibleEvents(store, 'workspace', id, organizations), asOf, workspaceDecider);
   if (state.status !== 'active') throw notFound('workspace');
   return state.workspace;

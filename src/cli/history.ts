@@ -27,7 +27,8 @@ const parsed = commandLine(tool, usage, { full: { type: 'boolean', default: fals
 const [id, ...extra] = parsed.positionals;
 const kind = id?.startsWith('ws_') ? 'workspace' : id?.startsWith('sol_') ? 'solution' : undefined;
 if (extra.length > 0) usageError(tool, `one record at a time: ${extra.join(' ')} is one too many`);
-if (!id || !kind) usageError(tool, id ? `${id} is not a workspace (ws_...) or solution (sol_...) id` : 'give the id of a workspace or solution');
+if (!id || !kind)
+  usageError(tool, id ? `${id} is not a workspace (ws_...) or solution (sol_...) id` : 'give the id of a workspace or solution');
 
 const { config, logger } = operatorSetup();
 
@@ -109,6 +110,7 @@ try {
   process.stderr.write(`history failed: ${error instanceof Error ? error.message : String(error)}\n`);
   exitCode = 2;
 } finally {
+  // The outcome is already printed; the process exits next, closing whatever is left.
   await connection?.close().catch(() => undefined);
 }
 process.exit(exitCode);

@@ -7,13 +7,7 @@
  * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
  */
 import { encodePosition } from '../projections/progress.js';
-import {
-  connectOperator,
-  operatorSetup,
-  RebuildAborted,
-  rebuildReadModel,
-  type RebuildProgress,
-} from '../projections/rebuild.js';
+import { connectOperator, operatorSetup, RebuildAborted, rebuildReadModel, type RebuildProgress } from '../projections/rebuild.js';
 import { commandLine, usageError } from './arguments.js';
 
 const tool = 'npm run projections:rebuild';
@@ -53,7 +47,8 @@ function progressPrinter(stream: NodeJS.WriteStream) {
     const rate = elapsedMs > 0 ? (done / elapsedMs) * 1000 : 0;
     const rateText = `${integer.format(rate)} events/s`;
     const label = phase === 'switching' ? 'switching over' : phase === 'done' ? 'done' : 'rebuilding';
-    if (total === undefined || total === 0) return `${label}: ${integer.format(done)} events, ${rateText}, ${duration(elapsedMs / 1000)} elapsed`;
+    if (total === undefined || total === 0)
+      return `${label}: ${integer.format(done)} events, ${rateText}, ${duration(elapsedMs / 1000)} elapsed`;
     const fraction = Math.min(1, done / total);
     const left = rate > 0 ? duration((total - done) / rate) : '?';
     const percent = `${(fraction * 100).toFixed(1).padStart(5)}%`;
@@ -127,6 +122,7 @@ try {
   process.stderr.write(`rebuild failed: ${error instanceof Error ? error.message : String(error)}\n`);
   exitCode = error instanceof RebuildAborted ? 130 : 1;
 } finally {
+  // The outcome is already printed; the process exits next, closing whatever is left.
   await connection?.close().catch(() => undefined);
 }
 process.exit(exitCode);

@@ -35,7 +35,11 @@ const requested = values.scope.split(/\s+/).filter(Boolean);
 const unknownScope = requested.find((scope) => !(scopes as readonly string[]).includes(scope));
 if (unknownScope !== undefined) usageError(tool, `unknown scope ${unknownScope}; the scopes are ${scopes.join(', ')}`);
 if (requested.length === 0) usageError(tool, '--scope names no scope');
-if (!/^\d+\s*(s|sec|secs|second|seconds|m|min|mins|minute|minutes|h|hr|hrs|hour|hours|d|day|days|w|week|weeks|y|yr|yrs|year|years)$/i.test(values.expires)) {
+if (
+  !/^\d+\s*(s|sec|secs|second|seconds|m|min|mins|minute|minutes|h|hr|hrs|hour|hours|d|day|days|w|week|weeks|y|yr|yrs|year|years)$/i.test(
+    values.expires,
+  )
+) {
   usageError(tool, `--expires ${values.expires} is not a lifetime such as 30m, 2h or 7d`);
 }
 

@@ -43,6 +43,7 @@ async function readTablesAtCheckpoint(pool: Pool): Promise<{ checkpoint: GlobalP
     await client.query('COMMIT');
     return { checkpoint, actual };
   } catch (error) {
+    // A read-only snapshot: nothing to undo if the rollback fails; the error above is reported.
     await client.query('ROLLBACK').catch(() => undefined);
     throw error;
   } finally {
@@ -72,6 +73,7 @@ try {
   process.stderr.write(`verify failed: ${error instanceof Error ? error.message : String(error)}\n`);
   exitCode = 2;
 } finally {
+  // The outcome is already printed; the process exits next, closing whatever is left.
   await connection?.close().catch(() => undefined);
 }
 process.exit(exitCode);

@@ -11,11 +11,7 @@ export type CommandContext = {
 };
 
 /** Wraps a decided event with its metadata; its time is strictly after the record's previous change. */
-export function envelope<E extends DomainEvent>(
-  event: E,
-  context: CommandContext,
-  previousChange: Timestamp | undefined,
-): Envelope<E> {
+export function envelope<E extends DomainEvent>(event: E, context: CommandContext, previousChange: Timestamp | undefined): Envelope<E> {
   return {
     ...event,
     metadata: {

@@ -1,7 +1,6 @@
 export type JsonObject = { [key: string]: unknown };
 
-const isObject = (value: unknown): value is JsonObject =>
-  typeof value === 'object' && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is JsonObject => typeof value === 'object' && value !== null && !Array.isArray(value);
 
 /** JSON Merge Patch (RFC 7396) of an object onto an object, without mutating either. */
 export function mergePatch(target: JsonObject, patch: JsonObject): JsonObject {

@@ -19,9 +19,7 @@ export type Solution = {
 };
 
 export type SolutionState =
-  | { status: 'absent' }
-  | { status: 'active'; solution: Solution }
-  | { status: 'deleted'; solution: Solution; deleted_at: Timestamp };
+  { status: 'absent' } | { status: 'active'; solution: Solution } | { status: 'deleted'; solution: Solution; deleted_at: Timestamp };
 
 /** The workspace a solution is created in, as the command handler found it (active and accessible). */
 export type ParentWorkspace = { id: string; organization_id: string };

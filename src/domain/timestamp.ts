@@ -24,7 +24,8 @@ export function parseInstant(text: string): Timestamp | undefined {
   const match = /^(\d{4}-\d{2}-\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))$/.exec(text);
   if (!match) return undefined;
   const [, date, hours, minutes, seconds, fraction = '', zulu, sign, offsetHours = '00', offsetMinutes = '00'] = match;
-  if (Number(hours) > 23 || Number(minutes) > 59 || Number(seconds) > 60 || Number(offsetHours) > 23 || Number(offsetMinutes) > 59) return undefined;
+  if (Number(hours) > 23 || Number(minutes) > 59 || Number(seconds) > 60 || Number(offsetHours) > 23 || Number(offsetMinutes) > 59)
+    return undefined;
   // A leap second (:60, which RFC 3339 allows) reads as the last microsecond of its minute.
   const leap = seconds === '60';
   const local = `${date}T${hours}:${minutes}:${leap ? '59' : seconds}.${leap ? '999999' : fraction.padEnd(6, '0')}Z`;

@@ -20,7 +20,10 @@ export const timestamp = z.string().refine(isTimestamp, 'must be a timestamp of 
 export const instant = z.string().transform((text, context) => {
   const parsed = parseInstant(text);
   if (parsed === undefined) {
-    context.addIssue({ code: 'custom', message: 'must be an RFC 3339 instant, such as 2026-11-22T10:00:00Z or 2026-11-22T11:00:00.5+01:00' });
+    context.addIssue({
+      code: 'custom',
+      message: 'must be an RFC 3339 instant, such as 2026-11-22T10:00:00Z or 2026-11-22T11:00:00.5+01:00',
+    });
     return z.NEVER;
   }
   return parsed;
@@ -38,7 +41,10 @@ export const name = wellFormed(z.string())
 
 export const description = wellFormed(z.string())
   .refine((value) => codePoints(value) <= 255, 'must be at most 255 characters')
-  .refine((value) => !/(?![\t\n\r])\p{Cc}/u.test(value), 'must not contain control characters other than tab, line feed and carriage return');
+  .refine(
+    (value) => !/(?![\t\n\r])\p{Cc}/u.test(value),
+    'must not contain control characters other than tab, line feed and carriage return',
+  );
 
 export const limits = {
   attributesBytes: 64 * 1024,
@@ -57,7 +63,8 @@ function jsonProblem(value: unknown, depth: number, maxDepth: number): { path: s
     return null;
   }
   // JSON text like 1e400 parses to Infinity, which would silently be stored as null.
-  if (typeof value === 'number' && !Number.isFinite(value)) return { path: [], message: 'numbers must be within the double-precision range' };
+  if (typeof value === 'number' && !Number.isFinite(value))
+    return { path: [], message: 'numbers must be within the double-precision range' };
   if (typeof value !== 'object' || value === null) return null;
   if (depth > maxDepth) return { path: [], message: `must be at most ${maxDepth} levels deep` };
   const entries = Array.isArray(value) ? value.map((item, index) => [String(index), item] as const) : Object.entries(value);

@@ -16,9 +16,7 @@ export type Workspace = {
 };
 
 export type WorkspaceState =
-  | { status: 'absent' }
-  | { status: 'active'; workspace: Workspace }
-  | { status: 'deleted'; workspace: Workspace; deleted_at: Timestamp };
+  { status: 'absent' } | { status: 'active'; workspace: Workspace } | { status: 'deleted'; workspace: Workspace; deleted_at: Timestamp };
 
 export type WorkspaceCommand =
   | {

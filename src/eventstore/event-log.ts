@@ -25,7 +25,11 @@ export async function readRecord(store: EventStore, streamName: string): Promise
 }
 
 /** The next events after `after` in global order, at most `limit`; `end` is the last one's position. */
-export async function readPage(store: EventStore, after: GlobalPosition, limit: number): Promise<{ events: LoggedEvent[]; end: GlobalPosition | undefined }> {
+export async function readPage(
+  store: EventStore,
+  after: GlobalPosition,
+  limit: number,
+): Promise<{ events: LoggedEvent[]; end: GlobalPosition | undefined }> {
   const page = await store.readAll(after, limit);
   return {
     events: page.map(logged),
@@ -35,7 +39,7 @@ export async function readPage(store: EventStore, after: GlobalPosition, limit: 
 
 /** Every event after `after`, page by page, to the end of the log as it is while walking. */
 export async function* walkLog(store: EventStore, after: GlobalPosition, pageSize: number): AsyncGenerator<LoggedEvent[]> {
-  for (let from = after; ; ) {
+  for (let from = after; ;) {
     const { events, end } = await readPage(store, from, pageSize);
     if (!end) return;
     yield events;

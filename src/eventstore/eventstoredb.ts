@@ -114,9 +114,7 @@ export class EventStoreDBEventStore implements EventStore {
       const result = await this.bounded('append', this.commandTimeoutMs, (deadline) =>
         this.client.appendToStream(
           streamName,
-          events.map((event) =>
-            jsonEvent({ id: event.id, type: event.type, data: event.data as JSONType, metadata: event.metadata }),
-          ),
+          events.map((event) => jsonEvent({ id: event.id, type: event.type, data: event.data as JSONType, metadata: event.metadata })),
           { expectedRevision: expectedRevision(expectedVersion), deadline },
         ),
       );
@@ -182,6 +180,7 @@ export class EventStoreDBEventStore implements EventStore {
       const done = () => {
         clearTimeout(timer);
         signal.removeEventListener('abort', done);
+        // Unsubscribing only stops a wake-up this caller no longer waits for; a failure leaves nothing behind.
         subscription?.unsubscribe().catch(() => undefined);
         subscription = undefined;
         resolve();
@@ -210,7 +209,10 @@ export class EventStoreDBEventStore implements EventStore {
         this.subscribeFailures += 1;
         const backOffMs = Math.min(100 * 2 ** this.subscribeFailures, 5000);
         this.subscribeAgainAt = Date.now() + backOffMs;
-        this.options.logger?.warn({ err: error.message, retryInMs: backOffMs }, 'EventStoreDB subscription failed; polling until it is back');
+        this.options.logger?.warn(
+          { err: error.message, retryInMs: backOffMs },
+          'EventStoreDB subscription failed; polling until it is back',
+        );
       });
     });
   }
@@ -220,15 +222,12 @@ export class EventStoreDBEventStore implements EventStore {
   }
 
   async close(): Promise<void> {
+    // Closing: a stream that fails to close is gone with the client.
     await this.client.dispose().catch(() => undefined);
   }
 
   /** A retry of an append that already succeeded (same event ids at the same version) answers as it did. */
-  private async earlierIdenticalAppend(
-    streamName: string,
-    expectedVersion: bigint,
-    events: NewEvent[],
-  ): Promise<AppendResult | undefined> {
+  private async earlierIdenticalAppend(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult | undefined> {
     const stored = await this.readRange(streamName, expectedVersion, events.length);
     const same =
       stored.length === events.length && stored.every((event, index) => event.id.toLowerCase() === events[index]!.id.toLowerCase());
@@ -258,6 +257,7 @@ export class EventStoreDBEventStore implements EventStore {
   private collect<E>(operation: string, timeoutMs: number, open: () => StreamingRead<E>): Promise<E[]> {
     return this.bounded(operation, timeoutMs, async (_deadline, onTimeout) => {
       const stream = open();
+      // The read already failed by its timeout; cancelling only frees the stream.
       onTimeout(() => void stream.cancel().catch(() => undefined));
       const items: E[] = [];
       for await (const item of stream) items.push(item);
@@ -286,6 +286,7 @@ export class EventStoreDBEventStore implements EventStore {
     const attempt = work(timeoutMs, (onTimeout) => {
       cancel = onTimeout;
     });
+    // Its failure is handled by the race below, or comes after the timeout already answered.
     attempt.catch(() => undefined);
     try {
       return await Promise.race([attempt, timeout]);

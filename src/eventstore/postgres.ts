@@ -146,11 +146,7 @@ export class PostgresEventStore implements EventStore {
   }
 
   /** A retry of an append that already succeeded (same event ids at the same version) answers as it did. */
-  private async earlierIdenticalAppend(
-    streamName: string,
-    expectedVersion: bigint,
-    events: NewEvent[],
-  ): Promise<AppendResult | undefined> {
+  private async earlierIdenticalAppend(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult | undefined> {
     const { rows } = await this.guard(() =>
       this.pool.query<EventRow>(
         `SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 AND version > $2 AND version <= $3 ORDER BY version`,

@@ -120,7 +120,18 @@ export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Pr
   const log = await open(path.join(root, 'postgres.log'), 'a');
   const server = spawn(
     await postgresBinary(),
-    ['-D', databaseDir, '-p', String(port), '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
+    [
+      '-D',
+      databaseDir,
+      '-p',
+      String(port),
+      '-c',
+      'listen_addresses=127.0.0.1',
+      '-c',
+      'unix_socket_directories=',
+      '-c',
+      'max_connections=200',
+    ],
     { detached: true, stdio: ['ignore', 'ignore', log.fd], ...(await postgresUser()), env: { ...process.env, LC_MESSAGES: 'C' } },
   );
   await log.close();
@@ -128,7 +139,7 @@ export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Pr
   let exited = false;
   server.once('exit', () => (exited = true));
   const url = urlFor(port);
-  for (const deadline = Date.now() + 60_000; ; ) {
+  for (const deadline = Date.now() + 60_000; ;) {
     if (await accepts(url)) break;
     if (exited || Date.now() > deadline) {
       // Another process may have started one on this directory a moment earlier: share that one.
@@ -151,6 +162,7 @@ async function accepts(url: string): Promise<boolean> {
   } catch {
     return false;
   } finally {
+    // A probe connection: whatever its end does, the answer above stands.
     await client.end().catch(() => undefined);
   }
 }
@@ -173,7 +185,7 @@ async function stopIfLastUser(url: string, databaseDir: string, logger: Logger):
   if (!pid || !alive(pid)) return;
   // SIGINT is PostgreSQL's fast shutdown: it ends the remaining sessions and stops cleanly.
   process.kill(pid, 'SIGINT');
-  for (const deadline = Date.now() + 30_000; alive(pid) && Date.now() < deadline; ) await new Promise((resolve) => setTimeout(resolve, 50));
+  for (const deadline = Date.now() + 30_000; alive(pid) && Date.now() < deadline;) await new Promise((resolve) => setTimeout(resolve, 50));
   logger.info({ databaseDir }, 'embedded PostgreSQL stopped');
 }
 
@@ -193,6 +205,7 @@ async function otherClients(url: string): Promise<number | undefined> {
   } catch {
     return undefined;
   } finally {
+    // A probe connection: whatever its end does, the answer above stands.
     await client.end().catch(() => undefined);
   }
 }

@@ -34,6 +34,7 @@ export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClie
     await client.query('COMMIT');
     return result;
   } catch (error) {
+    // The work's error is rethrown; a failed rollback means the connection is broken, and the pool drops it.
     await client.query('ROLLBACK').catch(() => undefined);
     throw error;
   } finally {
@@ -89,8 +90,10 @@ export class PgListener {
     if (!set) {
       set = new Set();
       this.handlers.set(channel, set);
-      // A lost LISTEN is re-issued by connect() after the reconnect that the lost connection causes.
-      this.serially(this.client, `LISTEN ${pg.escapeIdentifier(channel)}`).catch(() => undefined);
+      // A failed LISTEN means the connection is lost; connect() re-issues it after reconnecting.
+      this.serially(this.client, `LISTEN ${pg.escapeIdentifier(channel)}`).catch((error: unknown) =>
+        this.logger.warn({ err: (error as Error).message, channel }, 'LISTEN failed; it is repeated once the connection is back'),
+      );
     }
     set.add(handler);
     return () => set.delete(handler);
@@ -123,6 +126,7 @@ export class PgListener {
   private serially(client: pg.Client | undefined, sql: string, params: unknown[] = []): Promise<unknown> {
     if (!client) return Promise.resolve();
     const next = this.queue.then(() => client.query(sql, params));
+    // Only orders the next statement after this one; the caller sees this one's failure through `next`.
     this.queue = next.catch(() => undefined);
     return next;
   }
@@ -133,6 +137,7 @@ export class PgListener {
 
   async close(): Promise<void> {
     this.closed = true;
+    // Closing: the connection is discarded whatever its end does.
     await this.client?.end().catch(() => undefined);
     this.client = undefined;
   }
@@ -145,6 +150,7 @@ export class PgListener {
     const lost = () => {
       if (this.client !== client) return;
       this.client = undefined;
+      // Already lost: ending it only frees what is left of it.
       client.end().catch(() => undefined);
       this.scheduleReconnect();
     };

@@ -108,7 +108,10 @@ export class RebuildAborted extends Error {
 const quote = (identifier: string) => pg.escapeIdentifier(identifier);
 
 function schemaNameFor(date: Date): string {
-  const stamp = date.toISOString().replace(/[-:TZ.]/g, '').slice(0, 17); // yyyymmddhhmmssSSS
+  const stamp = date
+    .toISOString()
+    .replace(/[-:TZ.]/g, '')
+    .slice(0, 17); // yyyymmddhhmmssSSS
   return `${schemaPrefix}${stamp}`;
 }
 
@@ -153,6 +156,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     }
     const [solutionWriter, loader] = helpers as [pg.Client, pg.Client];
 
+    // The estimate only sizes the progress bar; without it progress shows counts.
     let total = await options.estimateTotal?.().catch(() => undefined);
     const state: CopyState = { position: startOfLog, done: 0, batches: 0, cascades: new Map() };
     const report = (phase: RebuildProgress['phase']) =>
@@ -212,7 +216,9 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
       await copy();
     }
   } catch (error) {
-    // Closed first, so that nothing they may still hold keeps the schema from being dropped.
+    // Clean-up after a failure, which is what gets reported: each step only releases what is
+    // being discarded anyway. Helpers are closed first, so that nothing they may still hold keeps
+    // the schema from being dropped.
     for (const helper of helpers.splice(0)) await helper.end().catch(() => undefined);
     await writer.query('ROLLBACK').catch(() => undefined);
     if (schemaCreated) {
@@ -221,6 +227,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     }
     throw error;
   } finally {
+    // Releasing connections and the lock of a rebuild that is over: the session's end frees them anyway.
     for (const helper of helpers) await helper.end().catch(() => undefined);
     await writer.query('SELECT pg_advisory_unlock($1)', [lockKeys.rebuild]).catch(() => undefined);
     await writer.end().catch(() => undefined);
@@ -240,10 +247,9 @@ type CopyState = {
 
 /** Schemas left by a rebuild that died; only called while holding the rebuild lock. */
 async function dropStaleSchemas(client: pg.Client, logger: Logger): Promise<void> {
-  const { rows } = await client.query<{ name: string }>(
-    `SELECT nspname AS name FROM pg_namespace WHERE starts_with(nspname, $1)`,
-    [schemaPrefix],
-  );
+  const { rows } = await client.query<{ name: string }>(`SELECT nspname AS name FROM pg_namespace WHERE starts_with(nspname, $1)`, [
+    schemaPrefix,
+  ]);
   for (const { name } of rows) {
     logger.warn({ schema: name }, 'dropping the schema of an earlier rebuild that did not finish');
     await client.query(`DROP SCHEMA ${quote(name)} CASCADE`);
@@ -343,6 +349,7 @@ async function catchUp(
       cache.remember(batch.changes, loaded);
       await settle();
       writing = { batch, done: writeBatch(writer, solutionWriter, batch) };
+      // Awaited by settle() or the finally below; a failure meanwhile must not count as unhandled.
       writing.done.catch(() => undefined);
       from = to;
       if (!full) break;
@@ -376,12 +383,20 @@ const rowsPerStatement = 2000;
  * that is not wholly written. (The schema is private to this rebuild and dropped if it fails.)
  */
 async function writeBatch(writer: pg.Client, solutionWriter: pg.Client, batch: Batch): Promise<void> {
-  const { upsertWorkspaces, deleteWorkspaces, upsertSolutions, deleteSolutions, organizationDeltas, workspaceSolutionDeltas, workspacesDeleted } =
-    batch.changes;
+  const {
+    upsertWorkspaces,
+    deleteWorkspaces,
+    upsertSolutions,
+    deleteSolutions,
+    organizationDeltas,
+    workspaceSolutionDeltas,
+    workspacesDeleted,
+  } = batch.changes;
   const solutions = (async () => {
     for (const slice of slices(deleteSolutions)) await writeChanges(solutionWriter, { ...noChanges(), deleteSolutions: slice });
     for (const slice of slices(upsertSolutions)) await writeChanges(solutionWriter, { ...noChanges(), upsertSolutions: slice });
   })();
+  // Awaited below; a failure meanwhile must not count as unhandled.
   solutions.catch(() => undefined);
   try {
     for (const slice of slices(deleteWorkspaces)) await writeChanges(writer, { ...noChanges(), deleteWorkspaces: slice });
@@ -394,6 +409,7 @@ async function writeBatch(writer: pg.Client, solutionWriter: pg.Client, batch: B
     await writeChanges(writer, { ...noChanges(), organizationDeltas, workspacesDeleted });
     await solutions;
   } finally {
+    // Lets the solutions' writes end before the caller moves on; their error was thrown above.
     await solutions.catch(() => undefined);
   }
   await moveCheckpoint(writer, batch);
@@ -718,6 +734,7 @@ async function trySwitch(
     logger.debug({ previous: encodePosition(previous), position: encodePosition(state.position) }, 'switched over');
     return { previous, pendingCascades: cascades.length };
   } catch (error) {
+    // The switch-over's own error is reported; a failed rollback ends with the connection.
     await client.query('ROLLBACK').catch(() => undefined);
     throw error;
   }
@@ -753,6 +770,7 @@ export function oneAtATime(client: pg.ClientBase): Pick<pg.PoolClient, 'query'> 
   let last: Promise<unknown> = Promise.resolve();
   const query = (...args: unknown[]) => {
     const next = last.then(() => (client.query as (...a: unknown[]) => Promise<unknown>)(...args));
+    // Only orders the next query after this one; the caller sees this one's failure through `next`.
     last = next.catch(() => undefined);
     return next;
   };

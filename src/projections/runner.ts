@@ -9,7 +9,6 @@ import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
 import { advanceCheckpoint, loadRows, readCheckpoint, writeChanges } from './tables.js';
 
-
 /**
  * The active projector's sign of life (table `projector_leader`, src/infra/migrations): it renews
  * `renewed_at` as it works. A process that is alive but stuck (frozen, paused, starved) keeps its
@@ -97,6 +96,7 @@ export class ProjectionRunner {
       } finally {
         if (this.active) logger.info('projector inactive');
         this.active = false;
+        // The connection is discarded either way; its session's end releases the lock.
         await client.end().catch(() => undefined);
       }
     }
@@ -130,12 +130,7 @@ export class ProjectionRunner {
     }
   }
 
-  private async applyInTransaction(
-    client: pg.Client,
-    from: GlobalPosition,
-    to: GlobalPosition,
-    events: Envelope[],
-  ): Promise<BatchChanges> {
+  private async applyInTransaction(client: pg.Client, from: GlobalPosition, to: GlobalPosition, events: Envelope[]): Promise<BatchChanges> {
     await client.query('BEGIN');
     try {
       const changes = applyBatch(events, await loadRows(client, rowsNeeded(events)));
@@ -146,6 +141,7 @@ export class ProjectionRunner {
       await client.query('COMMIT');
       return changes;
     } catch (error) {
+      // The batch's own error is rethrown; a failed rollback means the connection is gone, and the batch with it.
       await client.query('ROLLBACK').catch(() => undefined);
       throw error;
     }
@@ -182,7 +178,10 @@ export class ProjectionRunner {
     );
     const stuck = rows[0];
     if (!stuck) return;
-    this.options.logger.warn({ pid: stuck.pid, silentMs: stuck.silent_ms }, 'the active projector stopped renewing; ending its session to take over');
+    this.options.logger.warn(
+      { pid: stuck.pid, silentMs: stuck.silent_ms },
+      'the active projector stopped renewing; ending its session to take over',
+    );
     await client.query('SELECT pg_terminate_backend($1)', [stuck.pid]);
   }
 

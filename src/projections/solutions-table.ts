@@ -27,5 +27,4 @@ export function evolveSolutionRow(
   }
 }
 
-const rowOf = (state: ReturnType<typeof evolveSolution>): SolutionRow | null =>
-  state.status === 'active' ? state.solution : null;
+const rowOf = (state: ReturnType<typeof evolveSolution>): SolutionRow | null => (state.status === 'active' ? state.solution : null);

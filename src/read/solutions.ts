@@ -4,10 +4,10 @@ import { solutionColumns } from '../projections/tables.js';
 import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from './pages.js';
 
 export async function getSolution(pool: Pool, id: string, organizations: readonly string[]): Promise<SolutionRow | undefined> {
-  const { rows } = await pool.query<SolutionRow>(
-    `SELECT ${solutionColumns} FROM solutions WHERE id = $1 AND organization_id = ANY($2)`,
-    [id, organizations],
-  );
+  const { rows } = await pool.query<SolutionRow>(`SELECT ${solutionColumns} FROM solutions WHERE id = $1 AND organization_id = ANY($2)`, [
+    id,
+    organizations,
+  ]);
   return rows[0];
 }
 

@@ -32,10 +32,9 @@ export class CascadeWorker {
   ) {}
 
   async drainWorkspace(workspaceId: string): Promise<void> {
-    const { rows } = await this.pool.query<{ solution_id: string }>(
-      'SELECT solution_id FROM cascade_pending WHERE workspace_id = $1',
-      [workspaceId],
-    );
+    const { rows } = await this.pool.query<{ solution_id: string }>('SELECT solution_id FROM cascade_pending WHERE workspace_id = $1', [
+      workspaceId,
+    ]);
     await this.cascadeWorkspace(
       workspaceId,
       rows.map((row) => row.solution_id),
@@ -89,7 +88,9 @@ export class CascadeWorker {
 
   private async cascadeWorkspace(workspaceId: string, solutionIds: string[]): Promise<void> {
     if (solutionIds.length === 0) return;
-    const deletion = (await readRecord(this.store, workspaceStream(workspaceId))).map((logged) => logged.event).find((event) => event.type === 'WorkspaceDeleted');
+    const deletion = (await readRecord(this.store, workspaceStream(workspaceId)))
+      .map((logged) => logged.event)
+      .find((event) => event.type === 'WorkspaceDeleted');
     if (!deletion) {
       this.logger.error({ workspaceId, solutionIds }, 'cascade pending for a workspace that is not deleted; dropped');
     }

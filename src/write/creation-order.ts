@@ -15,6 +15,7 @@ export class CreationOrder {
 
   /** Registers a creation that took `createdAt` (from a clock that never goes backwards). */
   track(createdAt: Timestamp, appended: Promise<GlobalPosition | undefined>): () => void {
+    // A creation that failed to append has nothing later creations must wait for.
     const creation = { createdAt, appended: appended.catch(() => undefined) };
     this.inFlight.add(creation);
     return () => this.inFlight.delete(creation);
@@ -32,7 +33,10 @@ export class CreationOrder {
       timer = setTimeout(resolve, timeoutMs);
     });
     try {
-      await Promise.race([Promise.all(earlier.map((creation) => creation.appended.then((position) => void appended.push(position)))), timedOut]);
+      await Promise.race([
+        Promise.all(earlier.map((creation) => creation.appended.then((position) => void appended.push(position)))),
+        timedOut,
+      ]);
     } finally {
       clearTimeout(timer);
     }

@@ -31,8 +31,10 @@ async function loadEvents(store: EventStore, streamName: string) {
   return { events: recorded.map((logged) => logged.event), positions: recorded.map((logged) => logged.position) };
 }
 
-const fold = <State, Event extends DomainEvent>(decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>, events: Envelope[]) =>
-  events.reduce((current, event) => decider.evolve(current, event as Envelope<Event>), decider.initialState);
+const fold = <State, Event extends DomainEvent>(
+  decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
+  events: Envelope[],
+) => events.reduce((current, event) => decider.evolve(current, event as Envelope<Event>), decider.initialState);
 
 /** Where the keyed request's events sit in the stream, if it already ran: they are appended together. */
 function executedAt(events: Envelope[], commandId: string | undefined): { first: number; last: number } | undefined {
@@ -96,7 +98,8 @@ function outcomeUnknown(cause: unknown): ServiceError {
   const error = new ServiceError('unavailable', 'the event store stopped answering during the write; the change may have been applied', [
     {
       path: 'request',
-      message: 'outcome unknown: retry with the same Idempotency-Key (it answers what was done), or read the record before retrying without one',
+      message:
+        'outcome unknown: retry with the same Idempotency-Key (it answers what was done), or read the record before retrying without one',
     },
   ]);
   error.cause = cause;

@@ -38,7 +38,12 @@ export type CommandHandlerDeps = {
   logger: Logger;
 };
 
-export type CreateWorkspaceParams = { organization_id: string; name: string; description?: string | undefined; attributes?: JsonObject | undefined };
+export type CreateWorkspaceParams = {
+  organization_id: string;
+  name: string;
+  description?: string | undefined;
+  attributes?: JsonObject | undefined;
+};
 export type UpdateWorkspaceParams = { id: string; name: string; description?: string | undefined; attributes?: JsonObject | undefined };
 export type CreateSolutionParams = {
   workspace_id: string;
@@ -170,7 +175,10 @@ export class CommandHandlers {
    */
   private async ensureParentSurvived(workspaceId: string, what: string): Promise<void> {
     const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider).catch((error: unknown) => {
-      this.deps.logger.warn({ err: (error as Error).message, workspaceId }, 'could not check the workspace after a stored change; answering it as done');
+      this.deps.logger.warn(
+        { err: (error as Error).message, workspaceId },
+        'could not check the workspace after a stored change; answering it as done',
+      );
       return undefined;
     });
     if (!parent || parent.state.status === 'active') return;

@@ -39,8 +39,20 @@ describe('audit history and point-in-time reads (contract §12)', () => {
           actor: 'alice',
           data: { id: created.id, organization_id: 'org_audit', name: 'v1', description: '', attributes: {} },
         },
-        { version: 2, type: 'WorkspaceUpdated', occurred_at: renamed.updated_at, actor: 'bob', data: { id: created.id, name: 'v2', attributes: { a: 1 } } },
-        { version: 3, type: 'WorkspaceUpdated', occurred_at: described.updated_at, actor: 'alice', data: { id: created.id, name: 'v3', description: 'd' } },
+        {
+          version: 2,
+          type: 'WorkspaceUpdated',
+          occurred_at: renamed.updated_at,
+          actor: 'bob',
+          data: { id: created.id, name: 'v2', attributes: { a: 1 } },
+        },
+        {
+          version: 3,
+          type: 'WorkspaceUpdated',
+          occurred_at: described.updated_at,
+          actor: 'alice',
+          data: { id: created.id, name: 'v3', description: 'd' },
+        },
       ],
     });
 
@@ -81,7 +93,9 @@ describe('audit history and point-in-time reads (contract §12)', () => {
     expect((await callApi(service, alice, 'get_workspace', { id: workspace.id, as_of: justBefore })).body.data).toEqual(workspace);
     expect((await callApi(service, alice, 'get_solution', { id: solution.id, as_of: justBefore })).body.data).toEqual(solution);
     expect((await callApi(service, alice, 'get_workspace', { id: workspace.id, as_of: deletion.occurred_at })).status).toBe(404);
-    expect((await callApi(service, alice, 'get_solution', { id: solution.id, as_of: solutionHistory.items[1].occurred_at })).status).toBe(404);
+    expect((await callApi(service, alice, 'get_solution', { id: solution.id, as_of: solutionHistory.items[1].occurred_at })).status).toBe(
+      404,
+    );
   });
 
   it('hides history and past states from other organizations, and checks scopes and formats', async () => {

@@ -84,7 +84,8 @@ describe('authentication and access', () => {
       ['a token not valid yet (nbf)', () => sign({ payload: { nbf: now() + 300 } })],
       [
         'an unsigned token (alg none)',
-        async () => `${base64url({ alg: 'none', typ: 'JWT' })}.${base64url({ sub: 'user-1', orgs: ['org_alpha'], scope: allScopes, iss: issuer, aud: audience, exp: now() + 600 })}.`,
+        async () =>
+          `${base64url({ alg: 'none', typ: 'JWT' })}.${base64url({ sub: 'user-1', orgs: ['org_alpha'], scope: allScopes, iss: issuer, aud: audience, exp: now() + 600 })}.`,
       ],
       ['an HS384 token with the right secret', () => sign({ alg: 'HS384' })],
       ['an HS512 token with the right secret', () => sign({ alg: 'HS512' })],
@@ -185,7 +186,10 @@ describe('authentication and access', () => {
 
     it.each(Object.entries(scopeOf))('%s needs %s: 403 without it, 200 with only it', async (operation, scope) => {
       const params = await paramsFor(operation);
-      const allButThis = allScopes.split(' ').filter((s) => s !== scope).join(' ');
+      const allButThis = allScopes
+        .split(' ')
+        .filter((s) => s !== scope)
+        .join(' ');
       const withoutScope = await callApi(service, await tokenFor(['org_alpha'], allButThis), operation, params);
       expectError(withoutScope, 403, 'forbidden');
       const onlyThis = await callApi(service, await tokenFor(['org_alpha'], scope), operation, params);
@@ -201,7 +205,10 @@ describe('authentication and access', () => {
     it('matches scopes as whole space-separated words', async () => {
       const sloppy = await tokenFor(['org_alpha'], '  solutions:read   workspaces:read  ');
       expectOk(await callApi(service, sloppy, 'get_workspace', { id: alphaWorkspace.id }));
-      const lookalikes = await tokenFor(['org_alpha'], 'workspaces:readx workspaces solutions:* WORKSPACES:READ workspaces:read,solutions:read');
+      const lookalikes = await tokenFor(
+        ['org_alpha'],
+        'workspaces:readx workspaces solutions:* WORKSPACES:READ workspaces:read,solutions:read',
+      );
       expectError(await callApi(service, lookalikes, 'get_workspace', { id: alphaWorkspace.id }), 403, 'forbidden');
       expectError(await callApi(service, lookalikes, 'get_solution', { id: alphaSolution.id }), 403, 'forbidden');
     });
@@ -223,7 +230,11 @@ describe('authentication and access', () => {
     });
 
     it('update_workspace of a foreign workspace is 404 and changes nothing', async () => {
-      const response = await callApi(service, beta, 'update_workspace', { id: alphaWorkspace.id, name: 'Hijacked', attributes: { k: null, x: 1 } });
+      const response = await callApi(service, beta, 'update_workspace', {
+        id: alphaWorkspace.id,
+        name: 'Hijacked',
+        attributes: { k: null, x: 1 },
+      });
       expectError(response, 404, 'not_found');
       expect(await ok(service, alpha, 'get_workspace', { id: alphaWorkspace.id })).toEqual(alphaWorkspace);
     });
@@ -260,7 +271,11 @@ describe('authentication and access', () => {
       const before = await ok(service, alpha, 'list_solutions', { page: 1, size: 100, workspace_id: alphaWorkspace.id });
       expectError(await callApi(service, beta, 'create_solution', { workspace_id: alphaWorkspace.id, name: 'Intruder' }), 404, 'not_found');
       expectError(
-        await callApi(service, beta, 'create_solution', { workspace_id: alphaWorkspace.id, organization_id: 'org_alpha', name: 'Intruder' }),
+        await callApi(service, beta, 'create_solution', {
+          workspace_id: alphaWorkspace.id,
+          organization_id: 'org_alpha',
+          name: 'Intruder',
+        }),
         404,
         'not_found',
       );

@@ -5,7 +5,7 @@ import { workspaceStream } from '../../src/eventstore/stream-names.js';
 import { lockKeys } from '../../src/infra/lock-keys.js';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase, standInFor, testEventStore } from '../support/event-store.js';
-import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
+import { startServiceProcess } from '../support/service-process.js';
 import { callApi, startTestService, type ApiResponse, type TestService } from '../support/service.js';
 import { eventually, startStack, type Stack } from '../support/stack.js';
 import { expectError, expectOk, sleep } from './helpers.js';
@@ -66,7 +66,9 @@ describe('crashes and database faults', () => {
   }
 
   const historyTypes = async (service: TestService, token: string, id: string) =>
-    expectOk(await callApi(service, token, 'get_workspace_history', { id, page: 1, size: 100 })).items.map((item: { type: string }) => item.type);
+    expectOk(await callApi(service, token, 'get_workspace_history', { id, page: 1, size: 100 })).items.map(
+      (item: { type: string }) => item.type,
+    );
 
   it('a keyed update whose instance is killed after its append: the key is free at once, and the retry answers it without doing it again', async () => {
     const where = await freshDatabase();
@@ -134,7 +136,13 @@ describe('crashes and database faults', () => {
     const instance = await processOn({ ...where, databaseUrl: proxy.url(where.databaseUrl) }, { PROJECTION_WAIT_MS: '3000' });
     const token = await instance.token([org]);
 
-    const answer = callApi(instance, token, 'create_workspace', { organization_id: org, name: 'Durable' }, { 'idempotency-key': 'cut-create' });
+    const answer = callApi(
+      instance,
+      token,
+      'create_workspace',
+      { organization_id: org, name: 'Durable' },
+      { 'idempotency-key': 'cut-create' },
+    );
     await eventually(async () => (await stack.store.readAll(startOfLog, 10)).length === 1, 20_000);
     proxy.cut();
     const response = await answer;
@@ -159,7 +167,8 @@ describe('crashes and database faults', () => {
       const standIn = await standInFor(where.databaseUrl);
       const service = await serviceOn(where.databaseUrl);
       const token = await service.token([org]);
-      const keyed = () => callApi(service, token, 'create_workspace', { organization_id: org, name: 'Unknown' }, { 'idempotency-key': 'lost-answer' });
+      const keyed = () =>
+        callApi(service, token, 'create_workspace', { organization_id: org, name: 'Unknown' }, { 'idempotency-key': 'lost-answer' });
       standIn.faults.inject('append', { kind: 'lose-answer' }, 1);
       const failed = await keyed();
       expectError(failed, 503, 'unavailable');

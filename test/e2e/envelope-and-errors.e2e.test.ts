@@ -77,7 +77,19 @@ describe('envelope and errors', () => {
   });
 
   describe('unknown_operation', () => {
-    const names = ['no_such_thing', '', 'GET_WORKSPACE', 'get_workspace ', 'get_workspaces', 'get_workspace_history_x', '__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf'];
+    const names = [
+      'no_such_thing',
+      '',
+      'GET_WORKSPACE',
+      'get_workspace ',
+      'get_workspaces',
+      'get_workspace_history_x',
+      '__proto__',
+      'constructor',
+      'toString',
+      'hasOwnProperty',
+      'valueOf',
+    ];
     it.each(names)('answers 400 unknown_operation for %j', async (query) => {
       expectError(await callApi(service, token, query, {}), 400, 'unknown_operation');
     });
@@ -151,7 +163,8 @@ describe('envelope and errors', () => {
       ['GET', '/api/../etc/passwd'],
     ];
     it.each(targets)('answers %s %s with 404 not_found, with or without a token', async (method, path) => {
-      const body = method === 'GET' || method === 'OPTIONS' ? undefined : JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 1 } });
+      const body =
+        method === 'GET' || method === 'OPTIONS' ? undefined : JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 1 } });
       for (const headers of [{}, jsonHeaders(), jsonHeaders(token), jsonHeaders('garbage')]) {
         expectError(await rawPost(service, body, headers, path, method), 404, 'not_found');
       }
@@ -163,7 +176,12 @@ describe('envelope and errors', () => {
       ['a text body', 'hello', 'text/plain'],
       ['a body over the size limit', ' '.repeat(1024 * 1024 + 10), 'application/json'],
     ])('answers an unknown path with 404 whatever the body: %s', async (_what, body, contentType) => {
-      for (const [method, path] of [['POST', '/nope'], ['PUT', '/api'], ['PATCH', '/api/x'], ['DELETE', '/api']] as const) {
+      for (const [method, path] of [
+        ['POST', '/nope'],
+        ['PUT', '/api'],
+        ['PATCH', '/api/x'],
+        ['DELETE', '/api'],
+      ] as const) {
         for (const auth of [{}, { authorization: `Bearer ${token}` }] as Record<string, string>[]) {
           expectError(await rawPost(service, body, { ...auth, 'content-type': contentType }, path, method), 404, 'not_found');
         }
@@ -191,21 +209,41 @@ describe('envelope and errors', () => {
     });
 
     it('answers 413 for a much larger body', async () => {
-      const big = JSON.stringify({ query: 'create_workspace', params: { organization_id: 'org_env', name: 'x', attributes: { blob: 'x'.repeat(3 * 1024 * 1024) } } });
+      const big = JSON.stringify({
+        query: 'create_workspace',
+        params: { organization_id: 'org_env', name: 'x', attributes: { blob: 'x'.repeat(3 * 1024 * 1024) } },
+      });
       expectError(await rawPost(service, big, jsonHeaders(token)), 413, 'payload_too_large');
     });
   });
 
   describe('415 unsupported_media_type', () => {
     const body = JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 1 } });
-    const types = ['text/plain', 'text/json', 'text/html', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', 'application/xml', 'application/jsonp', 'application/octet-stream'];
+    const types = [
+      'text/plain',
+      'text/json',
+      'text/html',
+      'application/x-www-form-urlencoded',
+      'multipart/form-data; boundary=x',
+      'application/xml',
+      'application/jsonp',
+      'application/octet-stream',
+    ];
     it.each(types)('answers 415 for content type %s', async (contentType) => {
-      expectError(await rawPost(service, body, { authorization: `Bearer ${token}`, 'content-type': contentType }), 415, 'unsupported_media_type');
+      expectError(
+        await rawPost(service, body, { authorization: `Bearer ${token}`, 'content-type': contentType }),
+        415,
+        'unsupported_media_type',
+      );
     });
 
     it('answers 415 when the content type is missing', async () => {
       expectError(await rawPost(service, body, { authorization: `Bearer ${token}` }), 415, 'unsupported_media_type');
-      expectError(await rawPost(service, new TextEncoder().encode(body), { authorization: `Bearer ${token}` }), 415, 'unsupported_media_type');
+      expectError(
+        await rawPost(service, new TextEncoder().encode(body), { authorization: `Bearer ${token}` }),
+        415,
+        'unsupported_media_type',
+      );
     });
   });
 
@@ -221,7 +259,13 @@ describe('envelope and errors', () => {
       expectError(invalid, 400, 'validation_error');
       expect(invalid.body.error.request_id).toBe('client.req:002');
 
-      const unauthenticated = await callApi(service, undefined, 'list_workspaces', { page: 1, size: 1 }, { 'x-request-id': 'client_req_003' });
+      const unauthenticated = await callApi(
+        service,
+        undefined,
+        'list_workspaces',
+        { page: 1, size: 1 },
+        { 'x-request-id': 'client_req_003' },
+      );
       expectError(unauthenticated, 401, 'unauthenticated');
       expect(unauthenticated.body.error.request_id).toBe('client_req_003');
 
@@ -268,10 +312,30 @@ describe('envelope and errors', () => {
   describe('no internals in error bodies', () => {
     it('keeps error bodies to code, message, request_id and details for a spread of failures', async () => {
       const failures = [
-        await rawPost(service, '{"query":"create_workspace","params":{"organization_id":"org_env","name":"x","attributes":' + '{"a":'.repeat(20000) + '1' + '}'.repeat(20000) + '}}', jsonHeaders(token)),
-        await rawPost(service, '{"query":"create_workspace","params":{"organization_id":"org_env","name":"a\\u0000b"}}', jsonHeaders(token)),
-        await rawPost(service, '{"query":"create_workspace","params":{"organization_id":"org_env","name":"x","attributes":{"k\\u0000":1}}}', jsonHeaders(token)),
-        await rawPost(service, '{"query":"create_workspace","params":{"organization_id":"org_env","name":"x","description":"\\udc00"}}', jsonHeaders(token)),
+        await rawPost(
+          service,
+          '{"query":"create_workspace","params":{"organization_id":"org_env","name":"x","attributes":' +
+            '{"a":'.repeat(20000) +
+            '1' +
+            '}'.repeat(20000) +
+            '}}',
+          jsonHeaders(token),
+        ),
+        await rawPost(
+          service,
+          '{"query":"create_workspace","params":{"organization_id":"org_env","name":"a\\u0000b"}}',
+          jsonHeaders(token),
+        ),
+        await rawPost(
+          service,
+          '{"query":"create_workspace","params":{"organization_id":"org_env","name":"x","attributes":{"k\\u0000":1}}}',
+          jsonHeaders(token),
+        ),
+        await rawPost(
+          service,
+          '{"query":"create_workspace","params":{"organization_id":"org_env","name":"x","description":"\\udc00"}}',
+          jsonHeaders(token),
+        ),
         await callApi(service, token, 'get_workspace', { id: `ws_${'x'.repeat(64)}` }),
         await callApi(service, token, 'list_workspaces', { page: Number.MAX_SAFE_INTEGER + 1, size: 1 }),
         await callApi(service, token, 'list_workspaces', { page: 1e308, size: 1 }),

@@ -34,7 +34,18 @@ export const jsonHeaders = (token?: string): Record<string, string> => ({
 });
 
 /** Substrings that would betray internals: stack frames, SQL, driver or runtime error text. */
-const leaks = [/\bat .+:\d+:\d+/, /\bSELECT\b/i, /\bINSERT\b/i, /\brelation\b/i, /\bpg\b/, /postgres/i, /TypeError|RangeError|SyntaxError|ZodError/, /node_modules/, /\.ts\b/, /stack/i];
+const leaks = [
+  /\bat .+:\d+:\d+/,
+  /\bSELECT\b/i,
+  /\bINSERT\b/i,
+  /\brelation\b/i,
+  /\bpg\b/,
+  /postgres/i,
+  /TypeError|RangeError|SyntaxError|ZodError/,
+  /node_modules/,
+  /\.ts\b/,
+  /stack/i,
+];
 
 /**
  * Asserts the contract's error body (§2) exactly: nothing but `code`, `message`, `request_id` and

@@ -27,11 +27,14 @@ describe('requests the HTTP layer answers before the app (contract §1)', () => 
   });
   afterAll(() => service?.close());
 
-  it.each(['POST /%zz', 'POST /api%zz', 'GET /%zz', 'DELETE /api/%E0%A4%A'])('%s: 400 bad_request with a request id, nothing naming the framework', async (line) => {
-    const response = await rawHttp(service, `${line} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
-    expectError(response, 400, 'bad_request');
-    expect(response.text).not.toMatch(/FST_|fastify/i);
-  });
+  it.each(['POST /%zz', 'POST /api%zz', 'GET /%zz', 'DELETE /api/%E0%A4%A'])(
+    '%s: 400 bad_request with a request id, nothing naming the framework',
+    async (line) => {
+      const response = await rawHttp(service, `${line} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`);
+      expectError(response, 400, 'bad_request');
+      expect(response.text).not.toMatch(/FST_|fastify/i);
+    },
+  );
 
   it('headers over the size limit: 431 with the contract body and a request id', async () => {
     const response = await rawHttp(service, `GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`);
@@ -129,17 +132,24 @@ describe('as_of takes any RFC 3339 instant, and both reads treat every instant a
     const created = new Date(Date.parse(workspace.created_at.slice(0, 23) + 'Z') - 1);
     const local = new Date(created.getTime() + 2 * 3600_000).toISOString().slice(0, 23);
     expectError(await read('workspace', `${local}+02:00`), 404, 'not_found');
-    expect((await read('workspace', `${new Date(created.getTime() + 2 * 3600_000 + 2).toISOString().slice(0, 23)}+02:00`)).status).toBe(200);
+    expect((await read('workspace', `${new Date(created.getTime() + 2 * 3600_000 + 2).toISOString().slice(0, 23)}+02:00`)).status).toBe(
+      200,
+    );
   });
 
-  it.each(['2026-13-01T00:00:00Z', '2026-02-30T00:00:00Z', '2026-01-01T00:00:00.1234567Z', '2026-01-01 00:00:00Z', '2026-01-01T00:00:00', '2026-01-01T24:00:00Z', '2026-01-01T00:00:00+24:00'])(
-    'a malformed instant (%s) is a validation_error from both operations',
-    async (asOf) => {
-      for (const kind of ['workspace', 'solution'] as const) {
-        const response = await read(kind, asOf);
-        expectError(response, 400, 'validation_error');
-        expect(response.body.error.details[0].path).toBe('params.as_of');
-      }
-    },
-  );
+  it.each([
+    '2026-13-01T00:00:00Z',
+    '2026-02-30T00:00:00Z',
+    '2026-01-01T00:00:00.1234567Z',
+    '2026-01-01 00:00:00Z',
+    '2026-01-01T00:00:00',
+    '2026-01-01T24:00:00Z',
+    '2026-01-01T00:00:00+24:00',
+  ])('a malformed instant (%s) is a validation_error from both operations', async (asOf) => {
+    for (const kind of ['workspace', 'solution'] as const) {
+      const response = await read(kind, asOf);
+      expectError(response, 400, 'validation_error');
+      expect(response.body.error.details[0].path).toBe('params.as_of');
+    }
+  });
 });

@@ -84,7 +84,13 @@ describe('Idempotency-Key: the events are the evidence of what a keyed command d
     expectOk(await keyed('ev-access', 'update_workspace', { id: workspace.id, name: 'Secret name' }));
     await forgetStoredAnswer('ev-access');
     const withoutAccess = await service.token([], undefined, 'user-1');
-    const retry = await callApi(service, withoutAccess, 'update_workspace', { id: workspace.id, name: 'Secret name' }, { 'idempotency-key': 'ev-access' });
+    const retry = await callApi(
+      service,
+      withoutAccess,
+      'update_workspace',
+      { id: workspace.id, name: 'Secret name' },
+      { 'idempotency-key': 'ev-access' },
+    );
     expect(retry.status).toBe(404);
     expect(JSON.stringify(retry.body)).not.toContain('Secret name');
     expect(await history('workspace', workspace.id)).toEqual(['WorkspaceCreated', 'WorkspaceUpdated']);

@@ -70,7 +70,13 @@ describe('Idempotency-Key on commands', () => {
 
   it('checks the key with the other bad_request checks, before the scope (contract §2 order)', async () => {
     const readOnly = await service.token(['org_idem'], 'workspaces:read');
-    const response = await callApi(service, readOnly, 'create_workspace', { organization_id: 'org_idem', name: 'x' }, { 'idempotency-key': 'bad key' });
+    const response = await callApi(
+      service,
+      readOnly,
+      'create_workspace',
+      { organization_id: 'org_idem', name: 'x' },
+      { 'idempotency-key': 'bad key' },
+    );
     expect(response.status).toBe(400);
     expect(response.body.error.code).toBe('bad_request');
   });
@@ -100,4 +106,3 @@ describe('Idempotency-Key on commands', () => {
     expect(Object.keys(((await again.json()) as { data: object }).data)).toEqual(Object.keys(first.body.data));
   });
 });
-

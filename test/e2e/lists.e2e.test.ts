@@ -56,7 +56,9 @@ describe('lists', () => {
     it('orders concurrently created records by created_at, then id', async () => {
       const token2 = await service.token(['org_lists_burst']);
       await Promise.all(
-        Array.from({ length: 12 }, (_, i) => ok(service, token2, 'create_workspace', { organization_id: 'org_lists_burst', name: `B${i}` })),
+        Array.from({ length: 12 }, (_, i) =>
+          ok(service, token2, 'create_workspace', { organization_id: 'org_lists_burst', name: `B${i}` }),
+        ),
       );
       const page = await ok(service, token2, 'list_workspaces', { page: 1, size: 100 });
       expect(page.total).toBe(12);
@@ -176,7 +178,12 @@ describe('lists', () => {
       expect(byOrg.total).toBe(5);
       const both = await ok(service, token, 'list_solutions', { page: 2, size: 3, workspace_id: parent.id, organization_id: org });
       expect(both).toEqual({ total: 4, page: 2, size: 3, items: solutions.slice(3, 4) });
-      const mismatched = await ok(service, token, 'list_solutions', { page: 1, size: 100, workspace_id: parent.id, organization_id: otherOrg });
+      const mismatched = await ok(service, token, 'list_solutions', {
+        page: 1,
+        size: 100,
+        workspace_id: parent.id,
+        organization_id: otherOrg,
+      });
       expect(mismatched).toEqual({ total: 0, page: 1, size: 100, items: [] });
       const empty = await ok(service, token, 'list_solutions', { page: 1, size: 100, workspace_id: ordered[6].id });
       expect(empty).toEqual({ total: 0, page: 1, size: 100, items: [] });

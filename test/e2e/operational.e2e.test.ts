@@ -96,7 +96,11 @@ describe('operational endpoints and limits', () => {
       expectOk(at);
       const over = await rawPost(service, body + ' '.repeat(4097 - body.length), jsonHeaders(token));
       expectError(over, 413, 'payload_too_large');
-      const attributes = await callApi(service, token, 'create_workspace', { organization_id: org, name: 'big', attributes: { a: 'x'.repeat(5000) } });
+      const attributes = await callApi(service, token, 'create_workspace', {
+        organization_id: org,
+        name: 'big',
+        attributes: { a: 'x'.repeat(5000) },
+      });
       expectError(attributes, 413, 'payload_too_large');
     });
   });

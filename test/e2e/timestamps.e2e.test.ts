@@ -74,8 +74,7 @@ describe('timestamps', () => {
 
   it.each(['workspace', 'solution'] as const)('makes every %s update strictly later and never changes created_at', async (kind) => {
     const parent = await ok(service, token, 'create_workspace', { organization_id: org, name: 'Parent' });
-    const record =
-      kind === 'workspace' ? parent : await ok(service, token, 'create_solution', { workspace_id: parent.id, name: 'Child' });
+    const record = kind === 'workspace' ? parent : await ok(service, token, 'create_solution', { workspace_id: parent.id, name: 'Child' });
     let previous = record.updated_at as string;
     // Back-to-back updates, some identical: each still moves updated_at forward.
     for (let i = 0; i < 15; i++) {

@@ -1,6 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-import { envelopeWithRawParams, expectError, expectOk, expectValidation, expectValidationUnder, jsonHeaders, ok, rawPost } from './helpers.js';
+import {
+  envelopeWithRawParams,
+  expectError,
+  expectOk,
+  expectValidation,
+  expectValidationUnder,
+  jsonHeaders,
+  ok,
+  rawPost,
+} from './helpers.js';
 
 /** Contract §4 (identifiers), §5 (strings), §6 (attributes and documentation). */
 describe('validation', () => {
@@ -84,8 +93,14 @@ describe('validation', () => {
       ['a number', 1],
     ])('rejects an organization id with %s', async (_what, id) => {
       expectValidation(await callApi(service, token, 'create_workspace', { organization_id: id, name: 'x' }), 'params.organization_id');
-      expectValidation(await callApi(service, token, 'list_workspaces', { page: 1, size: 1, organization_id: id }), 'params.organization_id');
-      expectValidation(await callApi(service, token, 'list_solutions', { page: 1, size: 1, organization_id: id }), 'params.organization_id');
+      expectValidation(
+        await callApi(service, token, 'list_workspaces', { page: 1, size: 1, organization_id: id }),
+        'params.organization_id',
+      );
+      expectValidation(
+        await callApi(service, token, 'list_solutions', { page: 1, size: 1, organization_id: id }),
+        'params.organization_id',
+      );
       expectValidation(await createSolution({ organization_id: id }), 'params.organization_id');
     });
 
@@ -250,8 +265,14 @@ describe('validation', () => {
       expectValidation(await createWorkspace({ description: emoji.repeat(256) }), 'params.description');
       expect(expectOk(await createSolution({ description: 'd'.repeat(255) })).description).toBe('d'.repeat(255));
       expectValidation(await createSolution({ description: 'd'.repeat(256) }), 'params.description');
-      expectValidation(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', description: emoji.repeat(256) }), 'params.description');
-      expectValidation(await callApi(service, token, 'update_solution', { id: solution.id, name: 'x', description: 'd'.repeat(256) }), 'params.description');
+      expectValidation(
+        await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', description: emoji.repeat(256) }),
+        'params.description',
+      );
+      expectValidation(
+        await callApi(service, token, 'update_solution', { id: solution.id, name: 'x', description: 'd'.repeat(256) }),
+        'params.description',
+      );
       const updated = await ok(service, token, 'update_solution', { id: solution.id, name: solution.name, description: emoji.repeat(255) });
       expect(updated.description).toBe(emoji.repeat(255));
     });
@@ -275,12 +296,18 @@ describe('validation', () => {
     ])('rejects a description containing %s', async (_what, description) => {
       expectValidation(await createWorkspace({ description }), 'params.description');
       expectValidation(await createSolution({ description }), 'params.description');
-      expectValidation(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', description }), 'params.description');
+      expectValidation(
+        await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', description }),
+        'params.description',
+      );
       expectValidation(await callApi(service, token, 'update_solution', { id: solution.id, name: 'x', description }), 'params.description');
     });
 
     it('rejects lone surrogates in a description', async () => {
-      expectValidation(await raw('create_workspace', `{"organization_id":"${org}","name":"x","description":"ok \\udfff"}`), 'params.description');
+      expectValidation(
+        await raw('create_workspace', `{"organization_id":"${org}","name":"x","description":"ok \\udfff"}`),
+        'params.description',
+      );
       expectValidation(await raw('update_solution', `{"id":"${solution.id}","name":"x","description":"\\ud800"}`), 'params.description');
     });
 
@@ -290,7 +317,10 @@ describe('validation', () => {
       ['an array', ['x']],
     ])('rejects a description that is %s', async (_what, description) => {
       expectValidation(await createWorkspace({ description }), 'params.description');
-      expectValidation(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', description }), 'params.description');
+      expectValidation(
+        await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', description }),
+        'params.description',
+      );
     });
   });
 
@@ -342,16 +372,27 @@ describe('validation', () => {
       const over = { k: 'x'.repeat(64 * 1024 - overhead + 1) };
       expectValidation(await createWorkspace({ attributes: over }), 'params.attributes');
       expectValidation(await createSolution({ attributes: over }), 'params.attributes');
-      expectValidation(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', attributes: over }), 'params.attributes');
+      expectValidation(
+        await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'x', attributes: over }),
+        'params.attributes',
+      );
     });
 
     it('rejects an update whose merged attributes would exceed 64 KiB', async () => {
       const created = expectOk(await createWorkspace({ attributes: { a: 'x'.repeat(40_000) } }));
-      const response = await callApi(service, token, 'update_workspace', { id: created.id, name: 'W', attributes: { b: 'y'.repeat(40_000) } });
+      const response = await callApi(service, token, 'update_workspace', {
+        id: created.id,
+        name: 'W',
+        attributes: { b: 'y'.repeat(40_000) },
+      });
       expectValidation(response, 'params.attributes');
       expect((await ok(service, token, 'get_workspace', { id: created.id })).attributes).toEqual({ a: 'x'.repeat(40_000) });
       // Replacing the big value instead of adding one fits.
-      const replaced = await ok(service, token, 'update_workspace', { id: created.id, name: 'W', attributes: { a: null, b: 'y'.repeat(40_000) } });
+      const replaced = await ok(service, token, 'update_workspace', {
+        id: created.id,
+        name: 'W',
+        attributes: { a: null, b: 'y'.repeat(40_000) },
+      });
       expect(replaced.attributes).toEqual({ b: 'y'.repeat(40_000) });
     });
 
@@ -477,7 +518,10 @@ describe('validation', () => {
       expect(created.documentation.blocks).toHaveLength(1000);
       expect(created.documentation.blocks[999]).toEqual(text('block 999'));
       expectValidation(await createSolution({ documentation: blocks(1001) }), 'params.documentation.blocks');
-      expectValidation(await callApi(service, token, 'update_solution', { id: solution.id, name: 'x', documentation: blocks(1001) }), 'params.documentation.blocks');
+      expectValidation(
+        await callApi(service, token, 'update_solution', { id: solution.id, name: 'x', documentation: blocks(1001) }),
+        'params.documentation.blocks',
+      );
     });
 
     it('accepts exactly 512 KiB serialized and rejects one byte more', async () => {
@@ -488,7 +532,10 @@ describe('validation', () => {
       expect(created.documentation).toEqual(exact);
       const over = { blocks: [text('x'.repeat(512 * 1024 - overhead + 1))] };
       expectValidation(await createSolution({ documentation: over }), 'params.documentation');
-      expectValidation(await callApi(service, token, 'update_solution', { id: solution.id, name: 'x', documentation: over }), 'params.documentation');
+      expectValidation(
+        await callApi(service, token, 'update_solution', { id: solution.id, name: 'x', documentation: over }),
+        'params.documentation',
+      );
     });
   });
 
@@ -505,7 +552,14 @@ describe('validation', () => {
       expectError(response, 400, 'validation_error');
       const paths = [...new Set<string>(response.body.error.details.map((detail: { path: string }) => detail.path))].sort();
       expect(paths).toEqual(
-        ['params.attributes', 'params.description', 'params.documentation.blocks', 'params.name', 'params.surprise', 'params.workspace_id'].sort(),
+        [
+          'params.attributes',
+          'params.description',
+          'params.documentation.blocks',
+          'params.name',
+          'params.surprise',
+          'params.workspace_id',
+        ].sort(),
       );
       for (const detail of response.body.error.details) expect(detail.message.length).toBeGreaterThan(0);
     });

@@ -13,7 +13,9 @@ describe('npm run history', () => {
     try {
       const token = await service.token(['org_history'], undefined, 'alice');
       const other = await service.token(['org_history'], undefined, 'bob');
-      workspace = (await callApi(service, token, 'create_workspace', { organization_id: 'org_history', name: 'Lab', attributes: { floor: 3 } })).body.data;
+      workspace = (
+        await callApi(service, token, 'create_workspace', { organization_id: 'org_history', name: 'Lab', attributes: { floor: 3 } })
+      ).body.data;
       await callApi(service, other, 'update_workspace', { id: workspace.id, name: 'Lab 2', description: 'moved' });
       solution = (await callApi(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Buffer' })).body.data;
       await callApi(service, other, 'update_solution', { id: solution.id, name: 'Buffer v2', attributes: { ph: 7 } });
@@ -29,7 +31,9 @@ describe('npm run history', () => {
     const lines = outcome.stdout.trimEnd().split('\n');
     expect(lines[0]).toBe(`workspace ${workspace.id}: 3 event(s)`);
     expect(lines[1]).toMatch(/^VERSION\s+WHEN\s+WHO\s+EVENT\s+WHAT CHANGED$/);
-    expect(lines[2]).toMatch(new RegExp(`^\\s*1\\s+${workspace.created_at.replace(/\./g, '\\.')}\\s+alice\\s+WorkspaceCreated\\s+organization_id="org_history"$`));
+    expect(lines[2]).toMatch(
+      new RegExp(`^\\s*1\\s+${workspace.created_at.replace(/\./g, '\\.')}\\s+alice\\s+WorkspaceCreated\\s+organization_id="org_history"$`),
+    );
     expect(lines.slice(3, 6).map((line) => line.trim())).toEqual(['name="Lab"', 'description=""', 'attributes={"floor":3}']);
     expect(lines[6]).toMatch(/^\s*2\s+\S+Z\s+bob\s+WorkspaceUpdated\s+name="Lab 2"$/);
     expect(lines[7]!.trim()).toBe('description="moved"');

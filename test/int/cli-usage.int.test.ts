@@ -52,12 +52,25 @@ describe.concurrent('the command-line tools', () => {
   });
 
   it('token prints the token alone on stdout and what it minted on stderr', async () => {
-    const outcome = await run('token', ['--org', 'org_a', '--org', 'org_b', '--scope', 'workspaces:read', '--sub', 'alice', '--expires', '2h']);
+    const outcome = await run('token', [
+      '--org',
+      'org_a',
+      '--org',
+      'org_b',
+      '--scope',
+      'workspaces:read',
+      '--sub',
+      'alice',
+      '--expires',
+      '2h',
+    ]);
     expect(outcome.code).toBe(0);
     const token = outcome.stdout.trim();
     expect(outcome.stdout).toBe(`${token}\n`);
     expect(decodeJwt(token)).toMatchObject({ sub: 'alice', orgs: ['org_a', 'org_b'], scope: 'workspaces:read' });
-    expect(outcome.stderr).toMatch(/^minted a token for subject alice, organizations org_a, org_b, scopes workspaces:read, valid until \d{4}-.*\(2h\)\n$/);
+    expect(outcome.stderr).toMatch(
+      /^minted a token for subject alice, organizations org_a, org_b, scopes workspaces:read, valid until \d{4}-.*\(2h\)\n$/,
+    );
   });
 
   it('projections:rebuild --batch-size 0 and history with a bad id are refused in one line', async () => {
@@ -78,13 +91,23 @@ describe('the service on a busy port', () => {
   it('says which variable to set, and exits', async () => {
     const port = (busy.address() as net.AddressInfo).port;
     const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-    const env = { ...process.env, DATABASE_URL: await createTestDatabase(), AUTH_JWT_SECRET: testSecret, PORT: String(port), HOST: '127.0.0.1', LOG_LEVEL: 'silent', EVENTSTORE_URL: '' };
+    const env = {
+      ...process.env,
+      DATABASE_URL: await createTestDatabase(),
+      AUTH_JWT_SECRET: testSecret,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      LOG_LEVEL: 'silent',
+      EVENTSTORE_URL: '',
+    };
     const outcome = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
       execFile(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: root, env, timeout: 60_000 }, (error, _stdout, stderr) =>
         resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stderr }),
       );
     });
     expect(outcome.code).toBe(1);
-    expect(outcome.stderr).toBe(`port ${port} on 127.0.0.1 is already in use: set PORT to a free port (for example PORT=${port + 1} npm start)\n`);
+    expect(outcome.stderr).toBe(
+      `port ${port} on 127.0.0.1 is already in use: set PORT to a free port (for example PORT=${port + 1} npm start)\n`,
+    );
   });
 });

@@ -17,14 +17,25 @@ async function startInTerminal(dataDir: string, env: Record<string, string> = {}
   const port = await freePort();
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: root,
-    env: { ...process.env, DATABASE_URL: '', EVENTSTORE_URL: '', AUTH_JWT_SECRET: '', DATA_DIR: dataDir, PORT: String(port), LOG_LEVEL: 'info', ...env },
+    env: {
+      ...process.env,
+      DATABASE_URL: '',
+      EVENTSTORE_URL: '',
+      AUTH_JWT_SECRET: '',
+      DATA_DIR: dataDir,
+      PORT: String(port),
+      LOG_LEVEL: 'info',
+      ...env,
+    },
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exit = new Promise<{ code: number | null; at: number }>((resolve) => child.once('exit', (code) => resolve({ code, at: Date.now() })));
+  const exit = new Promise<{ code: number | null; at: number }>((resolve) =>
+    child.once('exit', (code) => resolve({ code, at: Date.now() })),
+  );
   const url = `http://127.0.0.1:${port}`;
   await eventually(async () => (await fetch(`${url}/healthz`).catch(() => undefined))?.ok === true, 60_000);
   return { child, url, output: () => output, exit };
@@ -77,7 +88,10 @@ describe('the embedded PostgreSQL shared by two instances on one DATA_DIR, stopp
     const inFlight = new Promise<{ status: number; text: string }>((resolve, reject) => {
       const request = http.request(
         `${first.url}/api`,
-        { method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: `Bearer ${token}` } },
+        {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: `Bearer ${token}` },
+        },
         (response) => {
           let text = '';
           response.on('data', (chunk: Buffer) => (text += chunk.toString()));
@@ -103,7 +117,9 @@ describe('the embedded PostgreSQL shared by two instances on one DATA_DIR, stopp
     expect(running(postgres)).toBe(true);
     const listed = await call(second, 'list_workspaces', { page: 1, size: 10 });
     expect(listed.status).toBe(200);
-    expect(((await listed.json()) as { data: { items: { name: string }[] } }).data.items.map((item) => item.name)).toContain('In flight at Ctrl-C');
+    expect(((await listed.json()) as { data: { items: { name: string }[] } }).data.items.map((item) => item.name)).toContain(
+      'In flight at Ctrl-C',
+    );
     expect((await call(second, 'create_workspace', { organization_id: 'org_dev', name: 'After' })).status).toBe(200);
 
     pressCtrlC(second);

@@ -83,9 +83,7 @@ export function eventStoreContract(open: () => Promise<StoreUnderTest>): void {
     await expect(store().append(name, 0n, [newEvent('WorkspaceCreated')])).rejects.toBeInstanceOf(StreamVersionConflict);
     await expect(store().append(name, 1n, [newEvent('WorkspaceUpdated')])).rejects.toBeInstanceOf(StreamVersionConflict);
     await expect(store().append(name, 3n, [newEvent('WorkspaceUpdated')])).rejects.toBeInstanceOf(StreamVersionConflict);
-    await expect(store().append(stream('never-created'), 1n, [newEvent('WorkspaceUpdated')])).rejects.toBeInstanceOf(
-      StreamVersionConflict,
-    );
+    await expect(store().append(stream('never-created'), 1n, [newEvent('WorkspaceUpdated')])).rejects.toBeInstanceOf(StreamVersionConflict);
 
     const conflict = await store()
       .append(name, 5n, [newEvent('WorkspaceUpdated')])
@@ -125,7 +123,11 @@ export function eventStoreContract(open: () => Promise<StoreUnderTest>): void {
     const after = await head();
     const name = stream('positions');
     const single = await store().append(name, 0n, [newEvent('WorkspaceCreated')]);
-    const multiple = await store().append(name, 1n, [newEvent('WorkspaceUpdated'), newEvent('WorkspaceUpdated'), newEvent('WorkspaceUpdated')]);
+    const multiple = await store().append(name, 1n, [
+      newEvent('WorkspaceUpdated'),
+      newEvent('WorkspaceUpdated'),
+      newEvent('WorkspaceUpdated'),
+    ]);
 
     const all = await readAllOf(store(), after, new Set([name]));
     expect(all.map((event) => event.version)).toEqual([1n, 2n, 3n, 4n]);

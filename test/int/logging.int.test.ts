@@ -9,6 +9,7 @@ import { startServiceProcess, type ServiceProcess } from '../support/service-pro
 import { eventually } from '../support/stack.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+// eslint-disable-next-line no-control-regex -- terminal colour codes start with ESC
 const ansi = /\x1b\[[0-9;]*m/g;
 
 describe('logs', () => {
@@ -25,7 +26,9 @@ describe('logs', () => {
     await eventually(() => service.output().includes('"request_id":"logged-once"'));
     const lines = service.output().trim().split('\n');
     for (const line of lines) expect(() => JSON.parse(line), line).not.toThrow();
-    const about = lines.map((line) => JSON.parse(line) as { request_id?: string; msg: string }).filter((entry) => entry.request_id === 'logged-once');
+    const about = lines
+      .map((line) => JSON.parse(line) as { request_id?: string; msg: string })
+      .filter((entry) => entry.request_id === 'logged-once');
     expect(about.map((entry) => entry.msg)).toEqual(['request']);
   });
 
@@ -34,7 +37,14 @@ describe('logs', () => {
     // `script` gives the service a pseudo-terminal, as a developer's shell does.
     const child = spawn('script', ['-qfec', `${process.execPath} --import tsx src/main.ts`, '/dev/null'], {
       cwd: root,
-      env: { ...process.env, DATABASE_URL: await createTestDatabase(), AUTH_JWT_SECRET: testSecret, PORT: String(port), LOG_LEVEL: 'info', EVENTSTORE_URL: '' },
+      env: {
+        ...process.env,
+        DATABASE_URL: await createTestDatabase(),
+        AUTH_JWT_SECRET: testSecret,
+        PORT: String(port),
+        LOG_LEVEL: 'info',
+        EVENTSTORE_URL: '',
+      },
       detached: true,
     });
     let output = '';

@@ -62,7 +62,14 @@ describe('versioned migrations', () => {
       await client.query('RESET search_path');
       client.release();
     }
-    const tables = ['workspaces', 'solutions', 'organization_counts', 'workspace_solution_counts', 'cascade_pending', 'projection_checkpoints'];
+    const tables = [
+      'workspaces',
+      'solutions',
+      'organization_counts',
+      'workspace_solution_counts',
+      'cascade_pending',
+      'projection_checkpoints',
+    ];
     const migrated = await tableShapes(pool, 'public', tables);
     expect(migrated.length).toBeGreaterThan(20);
     expect(await tableShapes(pool, 'fresh', tables)).toEqual(migrated);
@@ -78,7 +85,13 @@ describe('versioned migrations', () => {
     const workspaceId = `ws_${'u'.repeat(21)}`;
     const data = { id: workspaceId, organization_id: 'org_upgrade', name: 'Before', description: '', attributes: {} };
     const metadata = { actor: 'user-1', request_id: 'old', occurred_at: '2026-01-01T00:00:00.000000Z', schema_version: 2 };
-    await pool.query('SELECT * FROM es_append($1, 0, $2, $3, $4, $5)', [`workspace-${workspaceId}`, [randomUUID()], ['WorkspaceCreated'], [data], [metadata]]);
+    await pool.query('SELECT * FROM es_append($1, 0, $2, $3, $4, $5)', [
+      `workspace-${workspaceId}`,
+      [randomUUID()],
+      ['WorkspaceCreated'],
+      [data],
+      [metadata],
+    ]);
     await pool.query(
       `INSERT INTO idempotency_keys (subject, key, request_hash, claim, heartbeat_at, response_status, response_body)
        VALUES ('user-1', 'old-key', 'h', $1, now(), 200, '{"data":{}}')`,
@@ -98,7 +111,13 @@ describe('versioned migrations', () => {
       const token = await service.token(['org_upgrade']);
       const history = await callApi(service, token, 'get_workspace_history', { id: workspaceId, page: 1, size: 10 });
       expect(history.body.data.items.map((item: { type: string }) => item.type)).toEqual(['WorkspaceCreated']);
-      const updated = await callApi(service, token, 'update_workspace', { id: workspaceId, name: 'After' }, { 'idempotency-key': 'new-key' });
+      const updated = await callApi(
+        service,
+        token,
+        'update_workspace',
+        { id: workspaceId, name: 'After' },
+        { 'idempotency-key': 'new-key' },
+      );
       expect(updated.status).toBe(200);
       expect(updated.body.data.name).toBe('After');
     } finally {

@@ -40,14 +40,26 @@ export class RecordWriter {
       const [id, entry] = liveSolutions[Math.floor(this.random() * liveSolutions.length)]!;
       const command =
         this.random() < 0.8
-          ? { type: 'UpdateSolution' as const, id, name: `s${this.counter++}`, attributes: { n: this.counter }, context: context(this.name) }
+          ? {
+              type: 'UpdateSolution' as const,
+              id,
+              name: `s${this.counter++}`,
+              attributes: { n: this.counter },
+              context: context(this.name),
+            }
           : { type: 'DeleteSolution' as const, id, context: context(this.name) };
       return this.solutionAppend(id, entry, decideSolution(command, entry.state));
     }
     const [id, entry] = active[Math.floor(this.random() * active.length)]!;
     const command =
       roll < 0.95
-        ? { type: 'UpdateWorkspace' as const, id, name: `w${this.counter++}`, attributes: { k: { v: this.counter } }, context: context(this.name) }
+        ? {
+            type: 'UpdateWorkspace' as const,
+            id,
+            name: `w${this.counter++}`,
+            attributes: { k: { v: this.counter } },
+            context: context(this.name),
+          }
         : { type: 'DeleteWorkspace' as const, id, context: context(this.name) };
     return this.workspaceAppend(id, entry, decideWorkspace(command, entry.state));
   }

@@ -11,7 +11,6 @@ import { testSecret } from './secret.js';
 export { testSecret };
 import { eventStoreUrlFor, prepareReadDatabase } from './event-store.js';
 
-
 export type TestService = {
   url: string;
   databaseUrl: string;

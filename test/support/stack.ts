@@ -3,7 +3,7 @@ import { EventStoreDBEventStore } from '../../src/eventstore/eventstoredb.js';
 import type { EventStore } from '../../src/eventstore/port.js';
 import { PostgresEventStore } from '../../src/eventstore/postgres.js';
 import { migrate } from '../../src/infra/migrate.js';
-import { createPool, PgListener, type Pool } from '../../src/infra/postgres.js';
+import { createPool, PgListener } from '../../src/infra/postgres.js';
 import { ProjectionProgress } from '../../src/projections/progress.js';
 import { ProjectionRunner, type ProjectionRunnerOptions } from '../../src/projections/runner.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../../src/projections/verify.js';
@@ -34,7 +34,14 @@ export async function startStack(databaseUrl?: string, options: { eventStoreUrl?
     store,
     progress,
     runner(options: Partial<ProjectionRunnerOptions> = {}) {
-      const runner = new ProjectionRunner({ connectionString: url, store, progress, logger: silentLogger, standbyRetryMs: 100, ...options });
+      const runner = new ProjectionRunner({
+        connectionString: url,
+        store,
+        progress,
+        logger: silentLogger,
+        standbyRetryMs: 100,
+        ...options,
+      });
       runners.push(runner);
       return runner;
     },

@@ -80,7 +80,11 @@ describe('parseConfig', () => {
   });
 
   it('accepts postgres:// and esdb:// and an https JWKS URL', () => {
-    const config = parseConfig({ DATABASE_URL: 'postgres://h/db', EVENTSTORE_URL: 'esdb://es:2113', AUTH_JWKS_URL: 'https://idp/jwks.json' });
+    const config = parseConfig({
+      DATABASE_URL: 'postgres://h/db',
+      EVENTSTORE_URL: 'esdb://es:2113',
+      AUTH_JWKS_URL: 'https://idp/jwks.json',
+    });
     expect(config.databaseUrl).toBe('postgres://h/db');
     expect(config.eventStoreUrl).toBe('esdb://es:2113');
     expect(config.auth.jwksUrl).toBe('https://idp/jwks.json');
@@ -129,7 +133,9 @@ describe('parseConfig', () => {
     );
     expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWT_SECRET: secret }).databaseUrl).toBe('postgres://h/db');
     expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWKS_URL: 'https://idp/jwks' }).auth.jwksUrl).toBe('https://idp/jwks');
-    expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWKS_URL: 'http://127.0.0.1:9/jwks' }).auth.jwksUrl).toBe('http://127.0.0.1:9/jwks');
+    expect(parseConfig({ DATABASE_URL: 'postgres://h/db', AUTH_JWKS_URL: 'http://127.0.0.1:9/jwks' }).auth.jwksUrl).toBe(
+      'http://127.0.0.1:9/jwks',
+    );
   });
 
   it.each([
@@ -147,7 +153,12 @@ describe('parseConfig', () => {
     const message = configError({ PORT: 'x', AUTH_JWT_SECRET: 'short', LOG_LEVEL: 'loud' });
     const lines = message.split('\n');
     expect(lines[0]).toBe('invalid configuration:');
-    expect(lines.slice(1).map((line) => line.trim().split(':')[0]).sort()).toEqual(['AUTH_JWT_SECRET', 'LOG_LEVEL', 'PORT']);
+    expect(
+      lines
+        .slice(1)
+        .map((line) => line.trim().split(':')[0])
+        .sort(),
+    ).toEqual(['AUTH_JWT_SECRET', 'LOG_LEVEL', 'PORT']);
   });
 
   it('never echoes the secret in its message', () => {

@@ -45,7 +45,9 @@ describe('what `npm ci` installs (it must print no warning of the project’s ma
 
   it('installs no package whose engines exclude that Node (npm would warn EBADENGINE)', () => {
     const excluding = packages
-      .filter((manifest) => manifest.engines?.node && !semver.satisfies(process.version, manifest.engines.node, { includePrerelease: true }))
+      .filter(
+        (manifest) => manifest.engines?.node && !semver.satisfies(process.version, manifest.engines.node, { includePrerelease: true }),
+      )
       .map((manifest) => `${manifest.name}@${manifest.version} needs node ${manifest.engines!.node}`);
     expect(excluding).toEqual([]);
   });

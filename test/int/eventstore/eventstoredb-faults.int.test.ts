@@ -35,7 +35,10 @@ describe('EventStoreDB adapter under faults (wire-level stand-in)', () => {
   async function standInAndStore(options: EventStoreDBOptions = bound) {
     const standIn = await EventStoreDBStandIn.start();
     const store = new EventStoreDBEventStore(standIn.url, { logger, ...options });
-    cleanups.push(() => standIn.stop(), () => store.close());
+    cleanups.push(
+      () => standIn.stop(),
+      () => store.close(),
+    );
     return { standIn, store };
   }
 
@@ -50,7 +53,14 @@ describe('EventStoreDB adapter under faults (wire-level stand-in)', () => {
     await expectUnavailableWithinBound(() => store.ping());
 
     await standIn.restart();
-    await eventually(async () => store.ping().then(() => true, () => false), 10_000);
+    await eventually(
+      async () =>
+        store.ping().then(
+          () => true,
+          () => false,
+        ),
+      10_000,
+    );
     const appended = await store.append('workspace-restart', 1n, [newEvent('WorkspaceUpdated')]);
     expect(appended.version).toBe(2n);
     expect((await store.readStream('workspace-restart')).map((event) => event.version)).toEqual([1n, 2n]);
@@ -80,7 +90,10 @@ describe('EventStoreDB adapter under faults (wire-level stand-in)', () => {
   it('a follower answers NotLeader with the leader hint: that call is unavailable, the client reconnects to the leader, and the next calls land there', async () => {
     const leader = await EventStoreDBStandIn.start();
     const follower = await EventStoreDBStandIn.start();
-    cleanups.push(() => leader.stop(), () => follower.stop());
+    cleanups.push(
+      () => leader.stop(),
+      () => follower.stop(),
+    );
     follower.faults.inject(['append', 'read-stream'], { kind: 'not-leader', leader: { host: '127.0.0.1', port: leader.port } });
     const store = new EventStoreDBEventStore(follower.url, { logger, ...bound });
     cleanups.push(() => store.close());
@@ -173,7 +186,10 @@ describe('EventStoreDB adapter when EventStoreDB cannot be reached at all', () =
 
   it.each([
     ['a single node that refuses connections', async () => `esdb://127.0.0.1:${await freePort()}?tls=false`],
-    ['a cluster whose nodes all refuse connections', async () => `esdb://127.0.0.1:${await freePort()},127.0.0.1:${await freePort()}?tls=false`],
+    [
+      'a cluster whose nodes all refuse connections',
+      async () => `esdb://127.0.0.1:${await freePort()},127.0.0.1:${await freePort()}?tls=false`,
+    ],
     ['a node that accepts connections and never answers', silentNode],
   ])('%s: every call fails promptly with EventStoreUnavailable, and waiting falls back to polling', async (_, url) => {
     // Constructing connects to nothing: the service starts without EventStoreDB.

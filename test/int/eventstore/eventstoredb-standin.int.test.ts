@@ -40,7 +40,9 @@ describe('EventStoreDB stand-in, seen through @eventstore/db-client', () => {
   }
 
   it('answers an append with the position of its last event as both commit and prepare, as stream reads give it', async () => {
-    const result = await client.appendToStream('standin-positions', [event('A', 1), event('A', 2), event('A', 3)], { expectedRevision: NO_STREAM });
+    const result = await client.appendToStream('standin-positions', [event('A', 1), event('A', 2), event('A', 3)], {
+      expectedRevision: NO_STREAM,
+    });
     const stored = [];
     for await (const resolved of client.readStream('standin-positions')) stored.push(resolved.event!);
     expect(stored.map((recorded) => recorded.revision)).toEqual([0n, 1n, 2n]);
@@ -116,7 +118,10 @@ describe('EventStoreDB stand-in, seen through @eventstore/db-client', () => {
     await client.appendToStream('other-stream', event('C', 1));
     const subscription = client.subscribeToAll({
       fromPosition: start,
-      filter: streamNameFilter({ prefixes: ['standin-live'], checkpointReached: (_, position) => void seen.push(`checkpoint ${position.commit}`) }),
+      filter: streamNameFilter({
+        prefixes: ['standin-live'],
+        checkpointReached: (_, position) => void seen.push(`checkpoint ${position.commit}`),
+      }),
     });
     const seen: string[] = [];
     subscription.on('confirmation', () => seen.push('confirmation'));

@@ -65,7 +65,9 @@ describe('rebuilding the read tables with the service stopped', () => {
     await stack.pool.query('DELETE FROM workspaces WHERE id = $1', [victims[1]!.id]);
     await stack.pool.query(`DELETE FROM solutions WHERE id IN (SELECT id FROM solutions ORDER BY id LIMIT 3)`);
     await stack.pool.query('UPDATE organization_counts SET workspaces = workspaces + 5');
-    await stack.pool.query(`INSERT INTO solutions SELECT 'sol_ghost', organization_id, id, 'ghost', '', '{}', '[]', now(), now() FROM workspaces LIMIT 1`);
+    await stack.pool.query(
+      `INSERT INTO solutions SELECT 'sol_ghost', organization_id, id, 'ghost', '', '{}', '[]', now(), now() FROM workspaces LIMIT 1`,
+    );
     expect((await stack.differences()).length).toBeGreaterThan(5);
     const { rows: oldTable } = await stack.pool.query<{ oid: number }>(`SELECT 'public.workspaces'::regclass::oid AS oid`);
 
@@ -255,7 +257,9 @@ describe('cascades still to do when the rebuild switches over', () => {
 
     const result = await rebuildReadModel({ connectionString: stack.url, store: stack.store, logger: silentLogger, batchSize: 50 });
 
-    const { rows } = await stack.pool.query<{ solution_id: string; workspace_id: string }>('SELECT solution_id, workspace_id FROM cascade_pending');
+    const { rows } = await stack.pool.query<{ solution_id: string; workspace_id: string }>(
+      'SELECT solution_id, workspace_id FROM cascade_pending',
+    );
     expect(new Map(rows.map((row) => [row.solution_id, row.workspace_id]))).toEqual(expected);
     expect(result.pendingCascades).toBe(expected.size);
     expect(await stack.differences()).toEqual([]);
@@ -361,8 +365,10 @@ describe('rebuilding while the service runs under load', () => {
     stack = await startStack(service.databaseUrl);
 
     // Records no writer touches, read by id throughout.
-    const stableWorkspace = (await callApi(service, token, 'create_workspace', { organization_id: organizations[0], name: 'stable' })).body.data;
-    const stableSolution = (await callApi(service, token, 'create_solution', { workspace_id: stableWorkspace.id, name: 'stable' })).body.data;
+    const stableWorkspace = (await callApi(service, token, 'create_workspace', { organization_id: organizations[0], name: 'stable' })).body
+      .data;
+    const stableSolution = (await callApi(service, token, 'create_solution', { workspace_id: stableWorkspace.id, name: 'stable' })).body
+      .data;
 
     let running = true;
     const failedReads: string[] = [];
@@ -450,7 +456,9 @@ describe('npm run projections:verify', () => {
       stdout: `no differences (${expected.workspaces.size} workspaces, ${expected.solutions.size} solutions)\n`,
     });
 
-    const { rows } = await stack.pool.query<{ id: string }>(`UPDATE workspaces SET name = 'planted' WHERE id = (SELECT min(id) FROM workspaces) RETURNING id`);
+    const { rows } = await stack.pool.query<{ id: string }>(
+      `UPDATE workspaces SET name = 'planted' WHERE id = (SELECT min(id) FROM workspaces) RETURNING id`,
+    );
     const planted = rows[0]!.id;
     const differences = compareReadModels(expected, await actualReadModel(stack.pool));
     expect(differences).toHaveLength(1);

@@ -45,14 +45,31 @@ describe('cascade worker', () => {
     const solutionIds = ['sol_c1', 'sol_c2', 'sol_c3'];
     for (const id of solutionIds) {
       const events = decideSolution(
-        { type: 'CreateSolution', id, workspace: { id: workspaceId, organization_id: 'org_c' }, name: id, context: context('2026-01-01T00:00:01.000000Z') },
+        {
+          type: 'CreateSolution',
+          id,
+          workspace: { id: workspaceId, organization_id: 'org_c' },
+          name: id,
+          context: context('2026-01-01T00:00:01.000000Z'),
+        },
         { status: 'absent' },
       );
       await stack.store.append(solutionStream(id), 0n, stored(events));
     }
     const deleted = decideWorkspace(
       { type: 'DeleteWorkspace', id: workspaceId, context: { actor: 'bob', requestId: 'req-delete', now: '2026-01-01T00:00:02.000000Z' } },
-      { status: 'active', workspace: { id: workspaceId, organization_id: 'org_c', name: 'w', description: '', attributes: {}, created_at: '2026-01-01T00:00:00.000000Z', updated_at: '2026-01-01T00:00:00.000000Z' } },
+      {
+        status: 'active',
+        workspace: {
+          id: workspaceId,
+          organization_id: 'org_c',
+          name: 'w',
+          description: '',
+          attributes: {},
+          created_at: '2026-01-01T00:00:00.000000Z',
+          updated_at: '2026-01-01T00:00:00.000000Z',
+        },
+      },
     );
     const { position } = await stack.store.append(workspaceStream(workspaceId), 1n, stored(deleted));
     expect(await stack.progress.waitFor(position, 10_000)).toBe(true);

@@ -37,9 +37,7 @@ export class Faults {
 
   /** The fault this call meets, if any; `requiresLeader` says whether a follower would refuse it. */
   take(call: CallKind, requiresLeader: boolean): Fault | undefined {
-    const armed = this.armed.find(
-      (candidate) => candidate.on.has(call) && (candidate.fault.kind !== 'not-leader' || requiresLeader),
-    );
+    const armed = this.armed.find((candidate) => candidate.on.has(call) && (candidate.fault.kind !== 'not-leader' || requiresLeader));
     if (!armed) return undefined;
     armed.remaining -= 1;
     if (armed.remaining <= 0) this.armed = this.armed.filter((candidate) => candidate !== armed);

@@ -27,12 +27,14 @@ function supportedMethods(batchAppend: boolean): serverFeaturesPb.SupportedMetho
   const method = (service: string, name: string, features: string[] = []) =>
     new serverFeaturesPb.SupportedMethod().setServiceName(service).setMethodName(name).setFeaturesList(features);
   const streams = 'event_store.client.streams.streams';
-  return new serverFeaturesPb.SupportedMethods().setEventStoreServerVersion(serverVersion).setMethodsList([
-    method(streams, 'read', ['position', 'events']),
-    method(streams, 'append'),
-    ...(batchAppend ? [method(streams, 'batchappend', ['deadline_duration'])] : []),
-    method('event_store.client.server_features.serverfeatures', 'getsupportedmethods'),
-  ]);
+  return new serverFeaturesPb.SupportedMethods()
+    .setEventStoreServerVersion(serverVersion)
+    .setMethodsList([
+      method(streams, 'read', ['position', 'events']),
+      method(streams, 'append'),
+      ...(batchAppend ? [method(streams, 'batchappend', ['deadline_duration'])] : []),
+      method('event_store.client.server_features.serverfeatures', 'getsupportedmethods'),
+    ]);
 }
 
 export type StandInOptions = {

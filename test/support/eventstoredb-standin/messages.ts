@@ -79,11 +79,7 @@ export function readResponse(event: StoredEvent, includePosition: boolean): stre
     .setCommitPosition(event.position.commit.toString())
     .setCustomMetadata(event.customMetadata)
     .setData(event.data);
-  recorded
-    .getMetadataMap()
-    .set('type', event.type)
-    .set('content-type', event.contentType)
-    .set('created', event.created.toString());
+  recorded.getMetadataMap().set('type', event.type).set('content-type', event.contentType).set('created', event.created.toString());
   const read = new streamsPb.ReadResp.ReadEvent().setEvent(recorded);
   if (includePosition) read.setCommitPosition(event.position.commit.toString());
   else read.setNoPosition(new sharedPb.Empty());
@@ -106,7 +102,9 @@ export const caughtUp = () => new streamsPb.ReadResp().setCaughtUp(new streamsPb
 export function appendSuccess(currentRevision: bigint, position: Position): streamsPb.AppendResp {
   const success = new streamsPb.AppendResp.Success()
     .setCurrentRevision(currentRevision.toString())
-    .setPosition(new streamsPb.AppendResp.Position().setCommitPosition(position.commit.toString()).setPreparePosition(position.prepare.toString()));
+    .setPosition(
+      new streamsPb.AppendResp.Position().setCommitPosition(position.commit.toString()).setPreparePosition(position.prepare.toString()),
+    );
   return new streamsPb.AppendResp().setSuccess(success);
 }
 
@@ -141,7 +139,9 @@ function batchResponse(correlationId: sharedPb.UUID | undefined, stream: string)
 export function batchSuccess(correlationId: sharedPb.UUID | undefined, stream: string, currentRevision: bigint, position: Position) {
   const success = new streamsPb.BatchAppendResp.Success()
     .setCurrentRevision(currentRevision.toString())
-    .setPosition(new sharedPb.AllStreamPosition().setCommitPosition(position.commit.toString()).setPreparePosition(position.prepare.toString()));
+    .setPosition(
+      new sharedPb.AllStreamPosition().setCommitPosition(position.commit.toString()).setPreparePosition(position.prepare.toString()),
+    );
   return batchResponse(correlationId, stream).setSuccess(success);
 }
 

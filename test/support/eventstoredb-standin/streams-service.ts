@@ -115,7 +115,11 @@ function readStream(context: StreamsContext, call: ReadCall, options: Options): 
   const cases = streamsPb.ReadReq.Options.StreamOptions.RevisionOptionCase;
   const last = BigInt(events.length - 1);
   let from =
-    stream.getRevisionOptionCase() === cases.REVISION ? BigInt(stream.getRevision()) : stream.getRevisionOptionCase() === cases.END ? last : 0n;
+    stream.getRevisionOptionCase() === cases.REVISION
+      ? BigInt(stream.getRevision())
+      : stream.getRevisionOptionCase() === cases.END
+        ? last
+        : 0n;
   if (!forwards && stream.getRevisionOptionCase() === cases.START) from = 0n;
   let sent = 0n;
   for (let revision = from; sent < count && revision >= 0n && revision <= last; revision += forwards ? 1n : -1n) {
@@ -164,7 +168,9 @@ function subscribeToAll(context: StreamsContext, call: ReadCall, options: Option
   const filter = eventFilter(options);
   const filterOptions = options.getFilter();
   const window =
-    filterOptions?.getWindowCase() === streamsPb.ReadReq.Options.FilterOptions.WindowCase.MAX ? filterOptions.getMax() : defaultMaxSearchWindow;
+    filterOptions?.getWindowCase() === streamsPb.ReadReq.Options.FilterOptions.WindowCase.MAX
+      ? filterOptions.getMax()
+      : defaultMaxSearchWindow;
   const checkpointEvery = filter ? window * filterOptions!.getCheckpointintervalmultiplier() : 0;
   let after: Position = start === 'start' ? startOfLog : start === 'end' ? context.log.end : start;
   let considered = 0;

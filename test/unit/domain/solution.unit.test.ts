@@ -3,15 +3,7 @@ import type { CommandContext } from '../../../src/domain/command.js';
 import { solutionDecider } from '../../../src/domain/deciders.js';
 import { currentSchemaVersion } from '../../../src/domain/events.js';
 import { decideSolution, evolveSolution, initialSolutionState, type SolutionCommand } from '../../../src/domain/solution.js';
-import {
-  at,
-  attributesOfSize,
-  context,
-  deciderSpec,
-  solutionCreated,
-  solutionDeleted,
-  solutionUpdated,
-} from '../fixtures.js';
+import { at, attributesOfSize, context, deciderSpec, solutionCreated, solutionDeleted, solutionUpdated } from '../fixtures.js';
 
 const given = deciderSpec({ initialState: initialSolutionState, decide: decideSolution, evolve: evolveSolution });
 
@@ -95,12 +87,18 @@ describe('the solution decider', () => {
     it('records actor, request id and schema version', () => {
       given()
         .when(create(at('10:00:00.000000'), { context: context(at('10:00:00.000000'), { actor: 'user_bob', requestId: 'req_7' }) }))
-        .then([solutionCreated(at('10:00:00.000000'), {}, { actor: 'user_bob', request_id: 'req_7', schema_version: currentSchemaVersion })]);
+        .then([
+          solutionCreated(at('10:00:00.000000'), {}, { actor: 'user_bob', request_id: 'req_7', schema_version: currentSchemaVersion }),
+        ]);
     });
 
     it('treats creating the same record again as done, and refuses an id taken by another record', () => {
-      given(solutionCreated(at('10:00:00.000000'))).when(create(at('11:00:00.000000'))).then([]);
-      given(solutionCreated(at('10:00:00.000000'), { name: 'Other' })).when(create(at('11:00:00.000000'))).thenError('internal_error');
+      given(solutionCreated(at('10:00:00.000000')))
+        .when(create(at('11:00:00.000000')))
+        .then([]);
+      given(solutionCreated(at('10:00:00.000000'), { name: 'Other' }))
+        .when(create(at('11:00:00.000000')))
+        .thenError('internal_error');
     });
 
     it('folds into an active solution whose updated_at equals created_at', () => {
@@ -170,11 +168,15 @@ describe('the solution decider', () => {
     });
 
     it('of a solution that never existed is not_found', () => {
-      given().when(update(at('11:00:00.000000'))).thenError('not_found');
+      given()
+        .when(update(at('11:00:00.000000')))
+        .thenError('not_found');
     });
 
     it('of a deleted solution is not_found', () => {
-      given(created, solutionDeleted(at('10:30:00.000000'))).when(update(at('11:00:00.000000'))).thenError('not_found');
+      given(created, solutionDeleted(at('10:30:00.000000')))
+        .when(update(at('11:00:00.000000')))
+        .thenError('not_found');
     });
 
     it('of a solution deleted with its workspace is not_found', () => {
@@ -184,7 +186,9 @@ describe('the solution decider', () => {
     });
 
     it('is strictly after the previous change when the command time is equal or earlier', () => {
-      given(created).when(update(at('10:00:00.000000'))).then([solutionUpdated(at('10:00:00.000001'))]);
+      given(created)
+        .when(update(at('10:00:00.000000')))
+        .then([solutionUpdated(at('10:00:00.000001'))]);
       given(created, solutionUpdated(at('10:59:59.999999')))
         .when(update(at('10:00:00.000000')))
         .then([solutionUpdated(at('11:00:00.000000'))]);
@@ -213,8 +217,12 @@ describe('the solution decider', () => {
     });
 
     it('DeleteSolution of an absent or deleted solution is not_found', () => {
-      given().when(remove(at('11:00:00.000000'))).thenError('not_found');
-      given(created, solutionDeleted(at('10:30:00.000000'))).when(remove(at('11:00:00.000000'))).thenError('not_found');
+      given()
+        .when(remove(at('11:00:00.000000')))
+        .thenError('not_found');
+      given(created, solutionDeleted(at('10:30:00.000000')))
+        .when(remove(at('11:00:00.000000')))
+        .thenError('not_found');
     });
 
     it('CascadeDeleteSolution is idempotent: no events when already deleted, whatever the reason', () => {
@@ -227,15 +235,15 @@ describe('the solution decider', () => {
     });
 
     it('CascadeDeleteSolution of a solution that never existed emits nothing', () => {
-      given().when(cascade(at('11:00:00.000000'))).then([]);
+      given()
+        .when(cascade(at('11:00:00.000000')))
+        .then([]);
     });
 
     it('a deletion is strictly after the last change when the clock is behind', () => {
       given(created, solutionUpdated(at('12:00:00.000000')))
         .when(cascade(at('11:00:00.000000')))
-        .then([
-          solutionDeleted(at('12:00:00.000001'), { organization_id: 'org_beta', workspace_id: 'ws_7', reason: 'workspace_deleted' }),
-        ]);
+        .then([solutionDeleted(at('12:00:00.000001'), { organization_id: 'org_beta', workspace_id: 'ws_7', reason: 'workspace_deleted' })]);
     });
 
     it('folds into the deleted state and ignores what follows', () => {

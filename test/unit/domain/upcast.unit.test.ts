@@ -2,7 +2,16 @@ import { describe, expect, it } from 'vitest';
 import type { RecordedEvent } from '../../../src/eventstore/port.js';
 import { currentSchemaVersion, type EventMetadata } from '../../../src/domain/events.js';
 import { upcast } from '../../../src/domain/upcast.js';
-import { at, metadata, solutionCreated, solutionDeleted, solutionUpdated, workspaceCreated, workspaceDeleted, workspaceUpdated } from '../fixtures.js';
+import {
+  at,
+  metadata,
+  solutionCreated,
+  solutionDeleted,
+  solutionUpdated,
+  workspaceCreated,
+  workspaceDeleted,
+  workspaceUpdated,
+} from '../fixtures.js';
 
 const recorded = (event: { type: string; data: unknown; metadata: unknown }): RecordedEvent => ({
   id: '00000000-0000-8000-8000-000000000000',

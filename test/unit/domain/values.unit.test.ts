@@ -160,9 +160,7 @@ describe('description (§5)', () => {
     ['DEL', '\u007F'],
     ['C1 control', '\u009F'],
   ])('rejects the control character %s', (_label, value) => {
-    expect(messages(description, value)).toContain(
-      'must not contain control characters other than tab, line feed and carriage return',
-    );
+    expect(messages(description, value)).toContain('must not contain control characters other than tab, line feed and carriage return');
   });
 
   it('rejects lone surrogates', () => {

@@ -3,16 +3,7 @@ import { workspaceDecider } from '../../../src/domain/deciders.js';
 import { currentSchemaVersion } from '../../../src/domain/events.js';
 import type { WorkspaceCommand } from '../../../src/domain/workspace.js';
 import { decideWorkspace, evolveWorkspace, initialWorkspaceState } from '../../../src/domain/workspace.js';
-import {
-  at,
-  attributesOfSize,
-  context,
-  deciderSpec,
-  metadata,
-  workspaceCreated,
-  workspaceDeleted,
-  workspaceUpdated,
-} from '../fixtures.js';
+import { at, attributesOfSize, context, deciderSpec, metadata, workspaceCreated, workspaceDeleted, workspaceUpdated } from '../fixtures.js';
 
 const given = deciderSpec({ initialState: initialWorkspaceState, decide: decideWorkspace, evolve: evolveWorkspace });
 
@@ -59,15 +50,24 @@ describe('the workspace decider', () => {
       const [event] = given()
         .when(create(at('10:00:00.123456'), { context: context(at('10:00:00.123456'), { actor: 'user_bob', requestId: 'req_42' }) }))
         .then([workspaceCreated(at('10:00:00.123456'), {}, { actor: 'user_bob', request_id: 'req_42' })]);
-      expect(event?.metadata).toEqual({ actor: 'user_bob', request_id: 'req_42', occurred_at: '2024-05-01T10:00:00.123456Z', schema_version: currentSchemaVersion });
+      expect(event?.metadata).toEqual({
+        actor: 'user_bob',
+        request_id: 'req_42',
+        occurred_at: '2024-05-01T10:00:00.123456Z',
+        schema_version: currentSchemaVersion,
+      });
     });
 
     it('treats creating the same record again as done (a re-run under one Idempotency-Key)', () => {
-      given(workspaceCreated(at('10:00:00.000000'))).when(create(at('11:00:00.000000'))).then([]);
+      given(workspaceCreated(at('10:00:00.000000')))
+        .when(create(at('11:00:00.000000')))
+        .then([]);
     });
 
     it('refuses an id that already exists with other values or was deleted (a collision is a bug, not a client error)', () => {
-      given(workspaceCreated(at('10:00:00.000000'), { name: 'Other' })).when(create(at('11:00:00.000000'))).thenError('internal_error');
+      given(workspaceCreated(at('10:00:00.000000'), { name: 'Other' }))
+        .when(create(at('11:00:00.000000')))
+        .thenError('internal_error');
       given(workspaceCreated(at('10:00:00.000000')), workspaceDeleted(at('10:30:00.000000')))
         .when(create(at('11:00:00.000000')))
         .thenError('internal_error');
@@ -166,11 +166,15 @@ describe('the workspace decider', () => {
     });
 
     it('of a workspace that never existed is not_found', () => {
-      given().when(update(at('11:00:00.000000'))).thenError('not_found');
+      given()
+        .when(update(at('11:00:00.000000')))
+        .thenError('not_found');
     });
 
     it('of a deleted workspace is not_found', () => {
-      given(created, workspaceDeleted(at('10:30:00.000000'))).when(update(at('11:00:00.000000'))).thenError('not_found');
+      given(created, workspaceDeleted(at('10:30:00.000000')))
+        .when(update(at('11:00:00.000000')))
+        .thenError('not_found');
     });
 
     it('is strictly after the previous change when the command time is equal to it', () => {
@@ -221,7 +225,9 @@ describe('the workspace decider', () => {
     });
 
     it('of a workspace that never existed is not_found', () => {
-      given().when(remove(at('11:00:00.000000'))).thenError('not_found');
+      given()
+        .when(remove(at('11:00:00.000000')))
+        .thenError('not_found');
     });
 
     it('of an already deleted workspace is not_found', () => {

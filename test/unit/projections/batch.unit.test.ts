@@ -90,7 +90,10 @@ describe('applyBatch', () => {
 
   describe('workspaces', () => {
     it('a creation inserts the row and counts one workspace for its organization', () => {
-      const result = applyBatch([workspaceCreated(at('10:00:00.000000'), { id: 'ws_1', organization_id: 'org_a', attributes: { k: 1 } })], loaded());
+      const result = applyBatch(
+        [workspaceCreated(at('10:00:00.000000'), { id: 'ws_1', organization_id: 'org_a', attributes: { k: 1 } })],
+        loaded(),
+      );
       expect(result).toEqual(
         changes({
           upsertWorkspaces: [
@@ -192,10 +195,7 @@ describe('applyBatch', () => {
     });
 
     it('a creation whose workspace row is absent (deleted) never shows and is listed for the cascade', () => {
-      const result = applyBatch(
-        [solutionCreated(at('10:00:00.000000'), { id: 'sol_late', workspace_id: 'ws_deleted' })],
-        loaded(),
-      );
+      const result = applyBatch([solutionCreated(at('10:00:00.000000'), { id: 'sol_late', workspace_id: 'ws_deleted' })], loaded());
       expect(result).toEqual(changes({ pendingCascades: [{ solution_id: 'sol_late', workspace_id: 'ws_deleted' }] }));
     });
 
@@ -219,12 +219,13 @@ describe('applyBatch', () => {
     });
 
     it('an update upserts the changed row and counts nothing', () => {
-      const row = solutionRow('sol_1', 'ws_1', 'org_acme', { description: 'kept', documentation: { blocks: [{ type: 'text', content: 'a' }] } });
+      const row = solutionRow('sol_1', 'ws_1', 'org_acme', {
+        description: 'kept',
+        documentation: { blocks: [{ type: 'text', content: 'a' }] },
+      });
       const documentation = { blocks: [{ type: 'text' as const, content: 'b' }] };
       const result = applyBatch([solutionUpdated(at('10:00:00.000000'), { id: 'sol_1', name: 'New', documentation })], loaded([], [row]));
-      expect(result).toEqual(
-        changes({ upsertSolutions: [{ ...row, name: 'New', documentation, updated_at: at('10:00:00.000000') }] }),
-      );
+      expect(result).toEqual(changes({ upsertSolutions: [{ ...row, name: 'New', documentation, updated_at: at('10:00:00.000000') }] }));
     });
 
     it('a deletion deletes the row and uncounts it for its organization and workspace', () => {
@@ -242,10 +243,7 @@ describe('applyBatch', () => {
     });
 
     it('a cascade deletion of a solution already hidden with its workspace writes nothing', () => {
-      const result = applyBatch(
-        [solutionDeleted(at('10:00:00.000000'), { id: 'sol_1', reason: 'workspace_deleted' })],
-        loaded(),
-      );
+      const result = applyBatch([solutionDeleted(at('10:00:00.000000'), { id: 'sol_1', reason: 'workspace_deleted' })], loaded());
       expect(result).toEqual(noChanges);
     });
 
