@@ -1,18 +1,18 @@
 import { createHash } from 'node:crypto';
 import { customAlphabet } from 'nanoid';
 import type { Logger } from 'pino';
-import type { AppServices, Readiness } from './api/app.js';
+import type { AppServices } from './api/app.js';
 import type { AuthSettings } from './api/auth.js';
 import { createTokenVerifier } from './api/auth.js';
 import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from './audit/history.js';
 import type { Config } from './config.js';
-import { readPage } from './eventstore/event-log.js';
 import { EventStoreDBEventStore } from './eventstore/eventstoredb.js';
 import type { EventStore } from './eventstore/port.js';
 import { PostgresEventStore } from './eventstore/postgres.js';
 import { createClock } from './infra/clock.js';
+import { checkReadiness } from './readiness.js';
 import { readOrCreateDevelopmentSecret, startEmbeddedPostgres } from './infra/embedded-postgres.js';
 import { migrate } from './infra/migrate.js';
 import { createPool, PgListener, type Pool } from './infra/postgres.js';
@@ -106,26 +106,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),
     };
 
-    const readiness = async (): Promise<Readiness> => {
-      const checks: Record<string, string> = {};
-      const probe = async (name: string, work: () => Promise<unknown>) => {
-        try {
-          await work();
-          checks[name] = 'ok';
-        } catch {
-          checks[name] = 'unreachable';
-        }
-      };
-      await Promise.all([probe('event_store', () => store.ping()), probe('read_database', () => pool.query('SELECT 1'))]);
-      if (checks.event_store === 'ok' && checks.read_database === 'ok') {
-        await progress.refresh();
-        const { end: next } = await readPage(store, progress.current, 1);
-        // Behind is normal for a moment under load; behind for longer than a command would wait is not.
-        const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next, Math.min(config.projectionWaitMs, 1000))));
-        checks.projection = caughtUp ? 'caught_up' : 'behind';
-      }
-      return { ready: Object.values(checks).every((value) => value === 'ok' || value === 'caught_up'), checks };
-    };
+    const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });
 
     return {
       services: {

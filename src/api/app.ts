@@ -4,12 +4,13 @@ import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
 import type { z } from 'zod';
-import { notFound, ServiceError, type ErrorDetail } from '../errors.js';
+import { ServiceError, type ErrorDetail } from '../errors.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
-import { errorBody, sendError, sendServiceError, statusOf, toServiceError } from './errors.js';
+import { errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { inexactNumbersOf, parseJsonBody } from './json-body.js';
+import { runKeyedCommand } from './keyed-command.js';
 import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas } from './schemas.js';
@@ -189,42 +190,18 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         }),
       });
       if (key === undefined || requestHash === undefined) return run();
-
-      const started = await services.idempotency.begin(principal.subject, key, requestHash);
-      if ('replay' in started) {
-        // The caller may have lost access to the record since: a replay must not show it.
-        const organizationId = (started.replay.body as { data?: { organization_id?: unknown } }).data?.organization_id;
-        if (typeof organizationId === 'string' && !principal.organizations.has(organizationId)) throw notFound('record');
-        return reply.code(started.replay.status).header('idempotent-replayed', 'true').send(started.replay.body);
-      }
-      const { claim } = started;
-      let body;
-      try {
-        body = await run();
-      } catch (error) {
-        const serviceError = toServiceError(error);
-        const status = statusOf[serviceError.code];
-        // After a 5xx the key is given back: a retry runs at once and, if the events did land,
-        // answers what they did (they carry the command's id).
-        await (status < 500 ? claim.complete({ status, body: errorBody(serviceError, request.id) }) : claim.release()).catch(
-          (keyError: unknown) =>
-            request.log.warn(
-              { err: (keyError as Error).message },
-              'could not record the outcome of a keyed request; a retry finds it in the events',
-            ),
-        );
-        throw error;
-      }
-      // The command's events are stored: its answer stands even if keeping it for replays fails.
-      await claim
-        .complete({ status: 200, body })
-        .catch((keyError: unknown) =>
-          request.log.warn(
-            { err: (keyError as Error).message },
-            'could not keep the answer of a keyed request; a retry finds it in the events',
-          ),
-        );
-      return body;
+      const answer = await runKeyedCommand({
+        keys: services.idempotency,
+        subject: principal.subject,
+        organizations: principal.organizations,
+        key,
+        requestHash,
+        requestId: request.id,
+        log: request.log,
+        run,
+      });
+      if (answer.replayed) reply.header('idempotent-replayed', 'true');
+      return reply.code(answer.status).send(answer.body);
     },
   });
 

@@ -1,0 +1,50 @@
+import type { FastifyBaseLogger } from 'fastify';
+import { notFound } from '../errors.js';
+import { errorBody, statusOf, toServiceError } from './errors.js';
+import type { IdempotencyKeys } from './idempotency.js';
+
+export type KeyedAnswer = { status: number; body: unknown; replayed: boolean };
+
+/**
+ * A command sent with an `Idempotency-Key` (contract §2): claims the key, or replays the answer
+ * kept for it, then runs the command and keeps its answer. What a retry answers when the kept
+ * answer is missing comes from the command's own events (src/write/execute.ts); so a failure to
+ * keep an answer is logged and never changes the one given.
+ */
+export async function runKeyedCommand(options: {
+  keys: IdempotencyKeys;
+  subject: string;
+  organizations: ReadonlySet<string>;
+  key: string;
+  requestHash: string;
+  requestId: string;
+  log: FastifyBaseLogger;
+  run: () => Promise<unknown>;
+}): Promise<KeyedAnswer> {
+  const { keys, subject, organizations, key, requestHash, requestId, log, run } = options;
+  const keepFailed = (error: unknown) =>
+    log.warn({ err: (error as Error).message }, 'could not keep the outcome of a keyed request; a retry finds it in the events');
+
+  const started = await keys.begin(subject, key, requestHash);
+  if ('replay' in started) {
+    // The caller may have lost access to the record since: a replay must not show it.
+    const organizationId = (started.replay.body as { data?: { organization_id?: unknown } }).data?.organization_id;
+    if (typeof organizationId === 'string' && !organizations.has(organizationId)) throw notFound('record');
+    return { ...started.replay, replayed: true };
+  }
+  const { claim } = started;
+  let body: unknown;
+  try {
+    body = await run();
+  } catch (error) {
+    const serviceError = toServiceError(error);
+    const status = statusOf[serviceError.code];
+    // After a 5xx the key is given back: a retry runs at once and, if the events did land,
+    // answers what they did (they carry the command's id).
+    await (status < 500 ? claim.complete({ status, body: errorBody(serviceError, requestId) }) : claim.release()).catch(keepFailed);
+    throw error;
+  }
+  // The command's events are stored: its answer stands even if keeping it for replays fails.
+  await claim.complete({ status: 200, body }).catch(keepFailed);
+  return { status: 200, body, replayed: false };
+}

@@ -1,0 +1,37 @@
+import type { Readiness } from './api/app.js';
+import { readPage } from './eventstore/event-log.js';
+import type { EventStore } from './eventstore/port.js';
+import type { Pool } from './infra/postgres.js';
+import type { ProjectionProgress } from './projections/progress.js';
+
+/**
+ * `/readyz` (contract §13): ready when the event store and the read database answer and the
+ * projection is caught up. Behind is normal for a moment under load; behind for longer than a
+ * command would wait (at most a second here), or after a command gave up waiting, is not.
+ */
+export async function checkReadiness(options: {
+  store: EventStore;
+  pool: Pool;
+  progress: ProjectionProgress;
+  projectionWaitMs: number;
+}): Promise<Readiness> {
+  const { store, pool, progress } = options;
+  const checks: Record<string, string> = {};
+  const probe = async (name: string, work: () => Promise<unknown>) => {
+    try {
+      await work();
+      checks[name] = 'ok';
+    } catch {
+      // The failure is the answer: `unreachable` in the check, 503 from /readyz.
+      checks[name] = 'unreachable';
+    }
+  };
+  await Promise.all([probe('event_store', () => store.ping()), probe('read_database', () => pool.query('SELECT 1'))]);
+  if (checks.event_store === 'ok' && checks.read_database === 'ok') {
+    await progress.refresh();
+    const { end: next } = await readPage(store, progress.current, 1);
+    const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next, Math.min(options.projectionWaitMs, 1000))));
+    checks.projection = caughtUp ? 'caught_up' : 'behind';
+  }
+  return { ready: Object.values(checks).every((value) => value === 'ok' || value === 'caught_up'), checks };
+}
