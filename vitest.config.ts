@@ -8,6 +8,9 @@ import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config
 const perEventStore = ['test/e2e/**/*.e2e.test.ts', 'test/int/projections/projector-failures.int.test.ts'];
 
 /** A real EventStoreDB is used when EVENTSTORE_URL names one or a Docker engine may start one (checked again in its setup). */
+/** One PostgreSQL server for the run (test/support/global-setup.ts), for every project that needs one. */
+const postgres = 'test/support/global-setup.ts';
+
 const realEventStoreDB = Boolean(process.env.EVENTSTORE_URL || process.env.DOCKER_HOST || existsSync('/var/run/docker.sock'));
 
 const project = (name: string, include: string[], extra: TestProjectInlineConfiguration['test'] = {}): TestProjectInlineConfiguration => ({
@@ -17,24 +20,24 @@ const project = (name: string, include: string[], extra: TestProjectInlineConfig
 
 export default defineConfig({
   test: {
-    globalSetup: ['test/support/global-setup.ts'],
     setupFiles: ['test/support/stand-in-lifecycle.ts'],
     pool: 'forks',
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default', './test/support/summary-reporter.ts'],
     projects: [
+      // Pure code and the app on the in-memory event store: no PostgreSQL to start, done in seconds.
       project('unit', ['test/unit/**/*.unit.test.ts']),
-      project('int', ['test/int/**/*.int.test.ts']),
-      project('e2e', ['test/e2e/**/*.e2e.test.ts']),
+      project('int', ['test/int/**/*.int.test.ts'], { globalSetup: [postgres] }),
+      project('e2e', ['test/e2e/**/*.e2e.test.ts'], { globalSetup: [postgres] }),
       // Events in EventStoreDB, read tables in PostgreSQL, as in production: against the wire-level
       // stand-in on every run, and against a real server wherever one can be had.
-      project('eventstoredb', perEventStore, { env: { TEST_EVENT_STORE: 'eventstoredb-standin' } }),
+      project('eventstoredb', perEventStore, { env: { TEST_EVENT_STORE: 'eventstoredb-standin' }, globalSetup: [postgres] }),
       ...(realEventStoreDB
         ? [
             project('eventstoredb-server', perEventStore.slice(0, 1), {
               env: { TEST_EVENT_STORE: 'eventstoredb-server' },
-              globalSetup: ['test/support/global-setup.ts', 'test/support/eventstoredb-server-setup.ts'],
+              globalSetup: [postgres, 'test/support/eventstoredb-server-setup.ts'],
               // One server for the run: files take turns, each reading only the events it wrote.
               fileParallelism: false,
             }),

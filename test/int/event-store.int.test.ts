@@ -1,6 +1,7 @@
 import { pino } from 'pino';
 import { describe } from 'vitest';
 import { EventStoreDBEventStore } from '../../src/eventstore/eventstoredb.js';
+import { InMemoryEventStore } from '../../src/eventstore/in-memory.js';
 import { PostgresEventStore } from '../../src/eventstore/postgres.js';
 import { migrate } from '../../src/infra/migrate.js';
 import { createPool, PgListener } from '../../src/infra/postgres.js';
@@ -53,6 +54,10 @@ async function onStandIn(options: StandInOptions): Promise<StoreUnderTest> {
   const standIn = await EventStoreDBStandIn.start(options);
   return openEventStoreDB(standIn.url, () => standIn.stop());
 }
+
+describe('event store port in memory (for tests that need no database)', () => {
+  eventStoreContract(async () => ({ store: new InMemoryEventStore(), close: async () => undefined }));
+});
 
 describe('event store port on the EventStoreDB stand-in (BatchAppend, servers from 21.10)', () => {
   eventStoreContract(() => onStandIn({ batchAppend: true }));
