@@ -18,12 +18,11 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { pino } from 'pino';
-import { PostgresEventStore } from '../src/eventstore/postgres.js';
 import { solutionStream, workspaceStream } from '../src/eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
-import { migrate } from '../src/infra/migrate.js';
-import { createPool, PgListener } from '../src/infra/postgres.js';
+import { parseConfig } from '../src/config.js';
 import { rebuildReadModel } from '../src/projections/rebuild.js';
+import { openStores } from '../src/stores.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../src/projections/verify.js';
 import type { CommandContext } from '../src/domain/command.js';
 import type { Envelope } from '../src/domain/events.js';
@@ -325,10 +324,10 @@ await admin.connect();
 const exists = (await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [databaseName])).rowCount === 1;
 if (!exists) await admin.query(`CREATE DATABASE ${databaseName}`);
 
-const pool = createPool(databaseUrl, logger, 6);
-const listener = new PgListener(databaseUrl, logger);
+// The stores as every process opens them (src/stores.ts), on the bench's own database.
+const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl }, 'tool'), logger, { poolSize: 6, listen: false });
+const { pool, store } = stores;
 try {
-  await migrate(pool, { eventStore: true });
   const seeder = new pg.Client({ connectionString: databaseUrl });
   await seeder.connect();
   try {
@@ -339,7 +338,6 @@ try {
     await seeder.end();
   }
 
-  const store = new PostgresEventStore(pool, listener);
   const total = Number((await pool.query<{ n: string }>('SELECT count(*) AS n FROM es_events')).rows[0]!.n);
   const postmaster = findPostmaster();
   const cpuBefore = { node: process.cpuUsage(), postgres: postgresTicks(postmaster), machine: machineTicks() };
@@ -396,8 +394,7 @@ try {
     if (differences.length > 0) process.exitCode = 1;
   }
 } finally {
-  await listener.close();
-  await pool.end();
+  await stores.close();
   // A backend outlives its closed connection by a moment: let ours go before dropping the
   // database, and before stop(), which leaves the server running while other clients are connected.
   const settle = () => new Promise((resolve) => setTimeout(resolve, 250));

@@ -50,17 +50,16 @@ const environmentSchema = z
     if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
       ctx.addIssue({ code: 'custom', path: ['AUTH_JWKS_URL'], message: 'set AUTH_JWT_SECRET or AUTH_JWKS_URL, not both' });
     }
-    if (env.DATABASE_URL && !env.AUTH_JWT_SECRET && !env.AUTH_JWKS_URL) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['AUTH_JWT_SECRET'],
-        message:
-          'with DATABASE_URL set, AUTH_JWT_SECRET or AUTH_JWKS_URL is required (only the embedded mode generates a development secret)',
-      });
-    }
   });
 
+/**
+ * What the configuration is for: the service checks tokens, so it needs a way to; an operator tool
+ * (rebuild, verify, history) reads the same stores and checks none.
+ */
+export type Purpose = 'serve' | 'tool';
+
 export type Config = Readonly<{
+  purpose: Purpose;
   port: number;
   host: string;
   databaseUrl: string | undefined;
@@ -83,14 +82,22 @@ export const configurationVariables: readonly string[] = Object.keys(environment
 
 export class ConfigError extends Error {}
 
-export function parseConfig(environment: NodeJS.ProcessEnv = process.env): Config {
+export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpose: Purpose = 'serve'): Config {
   const parsed = environmentSchema.safeParse(environment);
-  if (!parsed.success) {
-    const lines = parsed.error.issues.map((issue) => `  ${issue.path.join('.')}: ${issue.message}`);
-    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  const issues = parsed.success ? [] : parsed.error.issues.map((issue) => ({ path: issue.path.join('.'), message: issue.message }));
+  if (purpose === 'serve' && parsed.success && parsed.data.DATABASE_URL && !parsed.data.AUTH_JWT_SECRET && !parsed.data.AUTH_JWKS_URL) {
+    issues.push({
+      path: 'AUTH_JWT_SECRET',
+      message:
+        'with DATABASE_URL set, AUTH_JWT_SECRET or AUTH_JWKS_URL is required (only the embedded mode generates a development secret)',
+    });
+  }
+  if (!parsed.success || issues.length > 0) {
+    throw new ConfigError(`invalid configuration:\n${issues.map((issue) => `  ${issue.path}: ${issue.message}`).join('\n')}`);
   }
   const env = parsed.data;
   return Object.freeze({
+    purpose,
     port: env.PORT,
     host: env.HOST,
     databaseUrl: env.DATABASE_URL,

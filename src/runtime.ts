@@ -8,18 +8,16 @@ import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from './audit/history.js';
 import type { Config } from './config.js';
-import { EventStoreDBEventStore } from './eventstore/eventstoredb.js';
 import type { EventStore } from './eventstore/port.js';
-import { PostgresEventStore } from './eventstore/postgres.js';
 import { createClock } from './infra/clock.js';
-import { checkReadiness } from './readiness.js';
-import { readOrCreateDevelopmentSecret, startEmbeddedPostgres } from './infra/embedded-postgres.js';
-import { migrate } from './infra/migrate.js';
-import { createPool, PgListener, type Pool } from './infra/postgres.js';
+import { readOrCreateDevelopmentSecret } from './infra/embedded-postgres.js';
+import type { Pool } from './infra/postgres.js';
 import { ProjectionProgress } from './projections/progress.js';
 import { ProjectionRunner } from './projections/runner.js';
+import { checkReadiness } from './readiness.js';
 import { getSolution, listSolutions } from './read/solutions.js';
 import { getWorkspace, listWorkspaces } from './read/workspaces.js';
+import { openStores } from './stores.js';
 import { CascadeWorker } from './write/cascade.js';
 import { CommandHandlers } from './write/handlers.js';
 
@@ -57,18 +55,10 @@ async function resolveAuth(config: Config): Promise<AuthSettings> {
 
 /** Everything the service runs on, wired together: database, event store, projector, handlers. */
 export async function startRuntime(config: Config, logger: Logger, options: RuntimeOptions = {}): Promise<Runtime> {
-  const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir, logger);
-  const databaseUrl = config.databaseUrl ?? embedded!.url;
-  const stopEmbedded = async () => embedded?.stop();
+  const stores = await openStores(config, logger, { poolSize: 20, listen: true });
+  const { databaseUrl, pool, listener, store } = stores;
   try {
     const auth = await resolveAuth(config);
-    const pool = createPool(databaseUrl, logger, 20);
-    const listener = new PgListener(databaseUrl, logger);
-    await migrate(pool, { eventStore: !config.eventStoreUrl });
-    await listener.start();
-    const store: EventStore = config.eventStoreUrl
-      ? new EventStoreDBEventStore(config.eventStoreUrl, { logger: logger.child({ component: 'eventstoredb' }) })
-      : new PostgresEventStore(pool, listener);
     const progress = new ProjectionProgress(pool, listener, logger);
     await progress.refresh();
     const cascade = new CascadeWorker(store, pool, logger);
@@ -131,14 +121,11 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
         await projector.stop();
         await cascade.close();
         progress.close();
-        await listener.close();
-        await store.close();
-        await pool.end();
-        await stopEmbedded();
+        await stores.close();
       },
     };
   } catch (error) {
-    await stopEmbedded();
+    await stores.close();
     throw error;
   }
 }

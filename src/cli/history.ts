@@ -9,7 +9,7 @@
 import { readRecord } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
-import { connectOperator, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
+import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import type { Envelope } from '../domain/events.js';
 import { commandLine, usageError } from './arguments.js';
 

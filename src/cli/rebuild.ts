@@ -7,7 +7,8 @@
  * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
  */
 import { encodePosition } from '../projections/progress.js';
-import { connectOperator, operatorSetup, RebuildAborted, rebuildReadModel, type RebuildProgress } from '../projections/rebuild.js';
+import { RebuildAborted, rebuildReadModel, type RebuildProgress } from '../projections/rebuild.js';
+import { connectOperator, operatorSetup } from './operator.js';
 import { commandLine, usageError } from './arguments.js';
 
 const tool = 'npm run projections:rebuild';

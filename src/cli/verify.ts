@@ -11,7 +11,8 @@
 import { readPage } from '../eventstore/event-log.js';
 import type { GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
-import { connectOperator, oneAtATime, operatorSetup, type OperatorConnection } from '../projections/rebuild.js';
+import { oneAtATime } from '../projections/rebuild.js';
+import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import { readCheckpoint } from '../projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel, type ReadModelSnapshot } from '../projections/verify.js';
 import { commandLine } from './arguments.js';

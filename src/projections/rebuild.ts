@@ -1,14 +1,9 @@
 import pg from 'pg';
-import { pino, type Logger } from 'pino';
-import { ConfigError, parseConfig, type Config } from '../config.js';
-import { EventStoreDBEventStore } from '../eventstore/eventstoredb.js';
+import type { Logger } from 'pino';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
-import { PostgresEventStore } from '../eventstore/postgres.js';
 import { readPage } from '../eventstore/event-log.js';
-import { startEmbeddedPostgres } from '../infra/embedded-postgres.js';
 import { lockKeys } from '../infra/lock-keys.js';
-import { migrate } from '../infra/migrate.js';
-import { connectionSettings, createPool, PgListener, type Pool } from '../infra/postgres.js';
+import { connectionSettings } from '../infra/postgres.js';
 import type { Envelope } from '../domain/events.js';
 import { applyBatch, rowsNeeded, type BatchChanges, type CountDelta, type LoadedRows, type RowsNeeded } from './batch.js';
 import { encodePosition, progressChannel } from './progress.js';
@@ -779,79 +774,3 @@ export function oneAtATime(client: pg.ClientBase): Pick<pg.PoolClient, 'query'> 
 
 // ---------------------------------------------------------------------------------------------
 // Wiring shared by the operator tools (projections:rebuild, projections:verify, history).
-
-/**
- * The service's configuration for a tool: as parseConfig reads it, except that no token settings
- * are needed (the tools verify no tokens), so DATABASE_URL alone is enough.
- */
-function parseOperatorConfig(environment: NodeJS.ProcessEnv = process.env): Config {
-  const needsPlaceholder = environment.DATABASE_URL && !environment.AUTH_JWT_SECRET && !environment.AUTH_JWKS_URL;
-  return parseConfig(needsPlaceholder ? { ...environment, AUTH_JWT_SECRET: 'x'.repeat(32) } : environment);
-}
-
-/** The operator tools' start: config as the service reads it (a bad value exits 2) and a logger on stderr. */
-export function operatorSetup(): { config: Config; logger: Logger } {
-  try {
-    const config = parseOperatorConfig();
-    return { config, logger: pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2)) };
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error;
-    process.stderr.write(`${error.message}\n`);
-    process.exit(2);
-  }
-}
-
-export type OperatorConnection = {
-  databaseUrl: string;
-  pool: Pool;
-  store: EventStore;
-  /** The number of events in the log, when the store can tell cheaply. */
-  estimateTotal: () => Promise<number | undefined>;
-  close: () => Promise<void>;
-};
-
-/**
- * The read database and the event store as src/runtime.ts wires them: DATABASE_URL or the
- * embedded PostgreSQL on DATA_DIR (shared with a service running on it, and left running then),
- * and the PostgreSQL event store or EventStoreDB when EVENTSTORE_URL is set.
- */
-export async function connectOperator(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<OperatorConnection> {
-  const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir, logger);
-  const databaseUrl = config.databaseUrl ?? embedded!.url;
-  try {
-    const pool = createPool(databaseUrl, logger, 6);
-    // The PostgreSQL store listens only to wake waiting projectors; the tools never wait, so the
-    // listener is never started.
-    const listener = new PgListener(databaseUrl, logger);
-    try {
-      if (options.migrate ?? true) await migrate(pool, { eventStore: !config.eventStoreUrl });
-    } catch (error) {
-      await pool.end();
-      throw error;
-    }
-    const store: EventStore = config.eventStoreUrl
-      ? new EventStoreDBEventStore(config.eventStoreUrl, { logger: logger.child({ component: 'eventstoredb' }), readTimeoutMs: 60_000 })
-      : new PostgresEventStore(pool, listener);
-    const estimateTotal = async (): Promise<number | undefined> => {
-      if (config.eventStoreUrl) return undefined;
-      const { rows } = await pool.query<{ count: string }>('SELECT count(*) AS count FROM es_events');
-      return Number(rows[0]?.count ?? 0);
-    };
-    return {
-      databaseUrl,
-      pool,
-      store,
-      estimateTotal,
-      close: async () => {
-        await store.close();
-        await listener.close();
-        await pool.end();
-        // Stops the embedded server only if no other process uses it.
-        await embedded?.stop();
-      },
-    };
-  } catch (error) {
-    await embedded?.stop();
-    throw error;
-  }
-}

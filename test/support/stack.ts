@@ -1,12 +1,9 @@
 import { pino } from 'pino';
-import { EventStoreDBEventStore } from '../../src/eventstore/eventstoredb.js';
-import type { EventStore } from '../../src/eventstore/port.js';
-import { PostgresEventStore } from '../../src/eventstore/postgres.js';
-import { migrate } from '../../src/infra/migrate.js';
-import { createPool, PgListener } from '../../src/infra/postgres.js';
+import { parseConfig } from '../../src/config.js';
 import { ProjectionProgress } from '../../src/projections/progress.js';
 import { ProjectionRunner, type ProjectionRunnerOptions } from '../../src/projections/runner.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../../src/projections/verify.js';
+import { openStores } from '../../src/stores.js';
 import { createTestDatabase } from './database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from './event-store.js';
 
@@ -19,13 +16,10 @@ export const silentLogger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent'
 export async function startStack(databaseUrl?: string, options: { eventStoreUrl?: string } = {}) {
   const url = databaseUrl ?? (await prepareReadDatabase(await createTestDatabase()));
   const eventStoreUrl = options.eventStoreUrl ?? (await eventStoreUrlFor(url));
-  const pool = createPool(url, silentLogger, 30);
-  await migrate(pool, { eventStore: !eventStoreUrl });
-  const listener = new PgListener(url, silentLogger);
-  await listener.start();
-  const store: EventStore = eventStoreUrl
-    ? new EventStoreDBEventStore(eventStoreUrl, { logger: silentLogger })
-    : new PostgresEventStore(pool, listener);
+  // The stores as every process opens them (src/stores.ts), without the service around them.
+  const config = parseConfig({ DATABASE_URL: url, EVENTSTORE_URL: eventStoreUrl ?? '' }, 'tool');
+  const stores = await openStores(config, silentLogger, { poolSize: 30, listen: true });
+  const { pool, listener, store } = stores;
   const progress = new ProjectionProgress(pool, listener, silentLogger);
   const runners: ProjectionRunner[] = [];
   return {
@@ -52,9 +46,7 @@ export async function startStack(databaseUrl?: string, options: { eventStoreUrl?
     async close() {
       await Promise.all(runners.map((runner) => runner.stop()));
       progress.close();
-      await listener.close();
-      await store.close();
-      await pool.end();
+      await stores.close();
     },
   };
 }

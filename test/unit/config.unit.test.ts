@@ -16,8 +16,15 @@ function configError(environment: NodeJS.ProcessEnv): string {
 }
 
 describe('parseConfig', () => {
+  it('lets an operator tool run on DATABASE_URL without a token secret, which serving requires', () => {
+    const env = { DATABASE_URL: 'postgresql://app:pw@db:5432/app' };
+    expect(() => parseConfig(env)).toThrow(/AUTH_JWT_SECRET: with DATABASE_URL set/);
+    expect(parseConfig(env, 'tool')).toMatchObject({ purpose: 'tool', databaseUrl: env.DATABASE_URL, auth: { jwtSecret: undefined } });
+  });
+
   it('gives the defaults for an empty environment (the embedded mode)', () => {
     expect(parseConfig({})).toEqual({
+      purpose: 'serve',
       port: 8080,
       host: '127.0.0.1',
       databaseUrl: undefined,
@@ -66,6 +73,7 @@ describe('parseConfig', () => {
       LOG_LEVEL: 'debug',
     });
     expect(config).toEqual({
+      purpose: 'serve',
       port: 3000,
       host: '0.0.0.0',
       databaseUrl: 'postgresql://app:pw@db:5432/app',

@@ -1,0 +1,61 @@
+import type { Logger } from 'pino';
+import type { Config } from './config.js';
+import { EventStoreDBEventStore } from './eventstore/eventstoredb.js';
+import type { EventStore } from './eventstore/port.js';
+import { PostgresEventStore } from './eventstore/postgres.js';
+import { startEmbeddedPostgres } from './infra/embedded-postgres.js';
+import { migrate } from './infra/migrate.js';
+import { createPool, PgListener, type Pool } from './infra/postgres.js';
+
+export type Stores = {
+  databaseUrl: string;
+  pool: Pool;
+  listener: PgListener;
+  store: EventStore;
+  /** Closes the event store, the listener and the pool, and stops an embedded PostgreSQL no other process uses. */
+  close: () => Promise<void>;
+};
+
+/**
+ * The one way every process opens its stores (the service, the operator tools, the tests and the
+ * bench): the read database (DATABASE_URL, or the embedded PostgreSQL in DATA_DIR, shared between
+ * processes), its schema brought up to date, and the event store (EVENTSTORE_URL, or PostgreSQL).
+ */
+export async function openStores(
+  config: Config,
+  logger: Logger,
+  options: { poolSize: number; listen: boolean; migrate?: boolean; eventStoreReadTimeoutMs?: number },
+): Promise<Stores> {
+  const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir, logger);
+  const databaseUrl = config.databaseUrl ?? embedded!.url;
+  const pool = createPool(databaseUrl, logger, options.poolSize);
+  // The PostgreSQL store listens only to wake waiting projectors; a tool never waits and never starts it.
+  const listener = new PgListener(databaseUrl, logger);
+  try {
+    if (options.migrate ?? true) await migrate(pool, { eventStore: !config.eventStoreUrl });
+    if (options.listen) await listener.start();
+  } catch (error) {
+    await listener.close();
+    await pool.end();
+    await embedded?.stop();
+    throw error;
+  }
+  const store: EventStore = config.eventStoreUrl
+    ? new EventStoreDBEventStore(config.eventStoreUrl, {
+        logger: logger.child({ component: 'eventstoredb' }),
+        ...(options.eventStoreReadTimeoutMs ? { readTimeoutMs: options.eventStoreReadTimeoutMs } : {}),
+      })
+    : new PostgresEventStore(pool, listener);
+  return {
+    databaseUrl,
+    pool,
+    listener,
+    store,
+    close: async () => {
+      await store.close();
+      await listener.close();
+      await pool.end();
+      await embedded?.stop();
+    },
+  };
+}
