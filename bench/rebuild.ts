@@ -21,7 +21,7 @@ import { pino } from 'pino';
 import { solutionStream, workspaceStream } from '../src/eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { parseConfig } from '../src/config.js';
-import { rebuildReadModel } from '../src/projections/rebuild.js';
+import { rebuildReadModel } from '../src/projections/rebuild/index.js';
 import { openStores } from '../src/stores.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../src/projections/verify.js';
 import type { CommandContext } from '../src/domain/command.js';

@@ -7,7 +7,7 @@
  * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
  */
 import { encodePosition } from '../projections/progress.js';
-import { RebuildAborted, rebuildReadModel, type RebuildProgress } from '../projections/rebuild.js';
+import { RebuildAborted, rebuildReadModel, type RebuildProgress } from '../projections/rebuild/index.js';
 import { connectOperator, operatorSetup } from './operator.js';
 import { commandLine, usageError } from './arguments.js';
 

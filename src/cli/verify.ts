@@ -11,7 +11,7 @@
 import { readPage } from '../eventstore/event-log.js';
 import type { GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
-import { oneAtATime } from '../projections/rebuild.js';
+import { oneAtATime } from '../infra/postgres.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import { readCheckpoint } from '../projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel, type ReadModelSnapshot } from '../projections/verify.js';

@@ -184,3 +184,19 @@ export class PgListener {
 
 /** A timestamptz column in the contract's timestamp form (§8), microseconds included. */
 export const isoMicros = (column: string) => `to_char(${column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`;
+
+/**
+ * A client that runs the statements given to it one after the other. loadRows (and
+ * actualReadModel) send theirs at once, which a single pg.Client only queues, with a deprecation
+ * warning (an error in pg 9).
+ */
+export function oneAtATime(client: pg.ClientBase): Pick<pg.PoolClient, 'query'> {
+  let last: Promise<unknown> = Promise.resolve();
+  const query = (...args: unknown[]) => {
+    const next = last.then(() => (client.query as (...a: unknown[]) => Promise<unknown>)(...args));
+    // Only orders the next query after this one; the caller sees this one's failure through `next`.
+    last = next.catch(() => undefined);
+    return next;
+  };
+  return { query } as unknown as Pick<pg.PoolClient, 'query'>;
+}

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../../../src/eventstore/port.js';
 import { solutionStream } from '../../../src/eventstore/stream-names.js';
-import { RebuildAborted, rebuildReadModel, type RebuildProgress } from '../../../src/projections/rebuild.js';
+import { RebuildAborted, rebuildReadModel, type RebuildProgress } from '../../../src/projections/rebuild/index.js';
 import { readCheckpoint } from '../../../src/projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../../../src/projections/verify.js';
 import { isSolutionEvent, isWorkspaceEvent } from '../../../src/domain/events.js';
