@@ -59,6 +59,14 @@ export function applyBatch(events: Envelope[], loaded: LoadedRows): BatchChanges
   const solutions = new Map<string, SolutionRow | null>(loaded.solutions);
   const pendingCascades: BatchChanges['pendingCascades'] = [];
   const workspacesDeleted: string[] = [];
+  // The solutions of each workspace, so that a deletion costs its own solutions, not the batch.
+  const solutionsOf = new Map<string, Set<string>>();
+  const index = (workspaceId: string, solutionId: string) => {
+    let ids = solutionsOf.get(workspaceId);
+    if (!ids) solutionsOf.set(workspaceId, (ids = new Set()));
+    ids.add(solutionId);
+  };
+  for (const row of loaded.solutions.values()) index(row.workspace_id, row.id);
 
   for (const event of events) {
     switch (event.type) {
@@ -70,8 +78,9 @@ export function applyBatch(events: Envelope[], loaded: LoadedRows): BatchChanges
         const workspaceId = event.data.id;
         workspaces.set(workspaceId, evolveWorkspaceRow(workspaces.get(workspaceId) ?? null, event));
         workspacesDeleted.push(workspaceId);
-        for (const [id, row] of solutions) {
-          if (row?.workspace_id !== workspaceId) continue;
+        for (const id of solutionsOf.get(workspaceId) ?? []) {
+          const row = solutions.get(id);
+          if (!row) continue;
           solutions.set(id, evolveSolutionRow(row, event, false));
           pendingCascades.push({ solution_id: id, workspace_id: workspaceId });
         }
@@ -80,6 +89,7 @@ export function applyBatch(events: Envelope[], loaded: LoadedRows): BatchChanges
       case 'SolutionCreated': {
         const parentActive = Boolean(workspaces.get(event.data.workspace_id));
         solutions.set(event.data.id, evolveSolutionRow(null, event, parentActive));
+        index(event.data.workspace_id, event.data.id);
         if (!parentActive) pendingCascades.push({ solution_id: event.data.id, workspace_id: event.data.workspace_id });
         break;
       }

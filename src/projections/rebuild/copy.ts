@@ -1,11 +1,9 @@
 import pg from 'pg';
-import { type EventStore, type GlobalPosition } from '../../eventstore/port.js';
+import type { EventStore, GlobalPosition } from '../../eventstore/port.js';
 import { readPage } from '../../eventstore/event-log.js';
 import type { Envelope } from '../../domain/events.js';
-import { applyBatch, rowsNeeded, type BatchChanges, type CountDelta, type LoadedRows } from '../batch.js';
-import type { SolutionRow } from '../solutions-table.js';
+import { applyBatch, type BatchChanges, type LoadedRows } from '../batch.js';
 import { advanceCheckpoint, writeChanges } from '../tables.js';
-import type { WorkspaceRow } from '../workspaces-table.js';
 import { RowCache } from './row-cache.js';
 import { RebuildAborted, type CopyState } from './types.js';
 
@@ -27,15 +25,17 @@ export type Batch = {
 export type Connections = { writer: pg.Client; solutionWriter: pg.Client; loader: pg.Client };
 
 /** Reads and applies batches until a batch comes back short. */
-export async function catchUp(
-  connections: Connections,
-  cache: RowCache,
-  store: EventStore,
-  state: CopyState,
-  batchSize: number,
-  signal: AbortSignal | undefined,
-  progress: () => void,
-): Promise<void> {
+export async function catchUp(options: {
+  connections: Connections;
+  cache: RowCache;
+  store: EventStore;
+  /** Where the copy is; moved as batches commit. */
+  state: CopyState;
+  batchSize: number;
+  signal: AbortSignal | undefined;
+  progress: () => void;
+}): Promise<void> {
+  const { connections, cache, store, state, batchSize, signal, progress } = options;
   const { writer, solutionWriter, loader } = connections;
   let reading = readPage(store, state.position, batchSize);
   let writing: { batch: Batch; done: Promise<void> } | undefined;
@@ -60,7 +60,7 @@ export async function catchUp(
 
       const envelopes = events.map((logged) => logged.event);
       const loaded = await cache.load(loader, envelopes, writing?.batch.changes);
-      const batch = await foldBatch(from, to, events.length, envelopes, loaded);
+      const batch = foldBatch({ from, to, count: events.length, envelopes, loaded });
       cache.remember(batch.changes, loaded);
       await settle();
       writing = { batch, done: writeBatch(writer, solutionWriter, batch) };
@@ -173,104 +173,21 @@ export function commit(state: CopyState, batch: Batch): void {
   state.batches += 1;
 }
 
-/** Events per call of applyBatch: it scans a batch's solutions for each workspace deletion. */
-const foldChunk = 1000;
-
 /**
- * applyBatch over a whole batch, in chunks over the rows each chunk touches, with the changes
- * combined into one set for the batch: the same result as one call, without one call's cost
- * growing with the square of the batch.
+ * One batch folded by the live projector's own fold (applyBatch, src/projections/batch.ts), over
+ * the rows it needs: the rebuild and the projector cannot disagree on what an event does. The
+ * solutions deleted in the batch leave the rebuild's list of cascades still to do.
  */
-export async function foldBatch(
-  from: GlobalPosition,
-  to: GlobalPosition,
-  count: number,
-  envelopes: Envelope[],
-  loaded: LoadedRows,
-): Promise<Batch> {
-  const workspaces = new Map<string, WorkspaceRow | null>(loaded.workspaces);
-  const solutions = new Map<string, SolutionRow | null>(loaded.solutions);
-  const solutionsOf = new Map<string, Set<string>>();
-  const index = (row: SolutionRow) => {
-    let ids = solutionsOf.get(row.workspace_id);
-    if (!ids) solutionsOf.set(row.workspace_id, (ids = new Set()));
-    ids.add(row.id);
-  };
-  for (const row of loaded.solutions.values()) index(row);
-
-  const organizationDeltas = new Map<string, CountDelta>();
-  const workspaceSolutionDeltas = new Map<string, number>();
-  const workspacesDeleted: string[] = [];
-  const pendingCascades: BatchChanges['pendingCascades'] = [];
-  const solutionsDeleted: string[] = [];
-
-  for (let start = 0; start < envelopes.length; start += foldChunk) {
-    // Lets the writer's next statement go out between chunks rather than after the whole fold.
-    if (start > 0) await new Promise((resolve) => setImmediate(resolve));
-    const chunk = envelopes.slice(start, start + foldChunk);
-    const needed = rowsNeeded(chunk);
-    const chunkRows: LoadedRows = { workspaces: new Map(), solutions: new Map() };
-    for (const id of needed.workspaceIds) {
-      const row = workspaces.get(id);
-      if (row) chunkRows.workspaces.set(id, row);
-    }
-    for (const id of needed.solutionIds) {
-      const row = solutions.get(id);
-      if (row) chunkRows.solutions.set(id, row);
-    }
-    for (const workspaceId of needed.workspacesDeleted) {
-      for (const id of solutionsOf.get(workspaceId) ?? []) {
-        const row = solutions.get(id);
-        if (row) chunkRows.solutions.set(id, row);
-      }
-    }
-    const changes = applyBatch(chunk, chunkRows);
-    for (const row of changes.upsertWorkspaces) workspaces.set(row.id, row);
-    for (const id of changes.deleteWorkspaces) workspaces.set(id, null);
-    for (const row of changes.upsertSolutions) {
-      solutions.set(row.id, row);
-      index(row);
-    }
-    for (const id of changes.deleteSolutions) {
-      const row = solutions.get(id);
-      if (row) solutionsOf.get(row.workspace_id)?.delete(id);
-      solutions.set(id, null);
-    }
-    for (const [organizationId, delta] of changes.organizationDeltas) {
-      const sum = organizationDeltas.get(organizationId) ?? { workspaces: 0, solutions: 0 };
-      sum.workspaces += delta.workspaces;
-      sum.solutions += delta.solutions;
-      organizationDeltas.set(organizationId, sum);
-    }
-    for (const [workspaceId, delta] of changes.workspaceSolutionDeltas) {
-      workspaceSolutionDeltas.set(workspaceId, (workspaceSolutionDeltas.get(workspaceId) ?? 0) + delta);
-    }
-    workspacesDeleted.push(...changes.workspacesDeleted);
-    pendingCascades.push(...changes.pendingCascades);
-  }
-  for (const event of envelopes) if (event.type === 'SolutionDeleted') solutionsDeleted.push(event.data.id);
-
-  const changes: BatchChanges = {
-    upsertWorkspaces: [],
-    deleteWorkspaces: [],
-    upsertSolutions: [],
-    deleteSolutions: [],
-    organizationDeltas,
-    workspaceSolutionDeltas,
-    workspacesDeleted,
-    pendingCascades,
-  };
-  for (const [id, after] of workspaces) {
-    const before = loaded.workspaces.get(id) ?? null;
-    if (after === before) continue;
-    if (after) changes.upsertWorkspaces.push(after);
-    else if (before) changes.deleteWorkspaces.push(id);
-  }
-  for (const [id, after] of solutions) {
-    const before = loaded.solutions.get(id) ?? null;
-    if (after === before) continue;
-    if (after) changes.upsertSolutions.push(after);
-    else if (before) changes.deleteSolutions.push(id);
-  }
+export function foldBatch(batch: {
+  from: GlobalPosition;
+  to: GlobalPosition;
+  /** Log entries the batch covers. */
+  count: number;
+  envelopes: Envelope[];
+  loaded: LoadedRows;
+}): Batch {
+  const { from, to, count, envelopes, loaded } = batch;
+  const changes = applyBatch(envelopes, loaded);
+  const solutionsDeleted = envelopes.flatMap((event) => (event.type === 'SolutionDeleted' ? [event.data.id] : []));
   return { from, to, events: count, changes, solutionsDeleted };
 }

@@ -107,7 +107,16 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     report('copying');
 
     const cache = new RowCache(options.cachedRows ?? 250_000);
-    const copy = () => catchUp({ writer, solutionWriter, loader }, cache, store, state, batchSize, signal, () => report('copying'));
+    const copy = () =>
+      catchUp({
+        connections: { writer, solutionWriter, loader },
+        cache,
+        store,
+        state,
+        batchSize,
+        signal,
+        progress: () => report('copying'),
+      });
     await copy();
     // Indexes only the readers need are built once, over the bulk of the rows, then kept up.
     for (const index of deferredIndexes) await writer.query(index.definition);
@@ -120,7 +129,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
       if (signal?.aborted) throw new RebuildAborted();
       await options.beforeSwitch?.();
       report('switching');
-      const switched = await trySwitch(writer, store, schema, tables, state, batchSize, lockTimeoutMs, logger);
+      const switched = await trySwitch({ client: writer, store, schema, tables, state, batchSize, lockTimeoutMs, logger });
       if (switched) {
         await writer.query('RESET search_path');
         await writer.query(`DROP SCHEMA IF EXISTS ${quote(schema)} CASCADE`);

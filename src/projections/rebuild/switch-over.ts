@@ -17,16 +17,18 @@ const lockNotAvailable = new Set(['55P03', '40P01']);
  * The switch, in one transaction. Undefined when the live tables could not be locked in time
  * (nothing changed then); the caller catches up and tries again.
  */
-export async function trySwitch(
-  client: pg.Client,
-  store: EventStore,
-  schema: string,
-  tables: string[],
-  state: CopyState,
-  batchSize: number,
-  lockTimeoutMs: number,
-  logger: Logger,
-): Promise<{ previous: GlobalPosition; pendingCascades: number } | undefined> {
+export async function trySwitch(options: {
+  client: pg.Client;
+  store: EventStore;
+  /** The rebuild's schema, and the tables of it that replace the live ones. */
+  schema: string;
+  tables: string[];
+  state: CopyState;
+  batchSize: number;
+  lockTimeoutMs: number;
+  logger: Logger;
+}): Promise<{ previous: GlobalPosition; pendingCascades: number } | undefined> {
+  const { client, store, schema, tables, state, batchSize, lockTimeoutMs, logger } = options;
   // Batches applied inside this transaction count only once it commits.
   const tentative: CopyState = { ...state, cascades: new Map(state.cascades) };
   await client.query('BEGIN');
@@ -55,7 +57,7 @@ export async function trySwitch(
       if (end) {
         const envelopes = events.map((logged) => logged.event);
         const loaded = await loadRows(oneAtATime(client), rowsNeeded(envelopes));
-        const batch = await foldBatch(tentative.position, end, events.length, envelopes, loaded);
+        const batch = foldBatch({ from: tentative.position, to: end, count: events.length, envelopes, loaded });
         await writeBatchInTransaction(client, batch);
         commit(tentative, batch);
       }
