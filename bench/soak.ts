@@ -67,14 +67,18 @@ instances.push(await startServiceProcess({ ...where, env: { PROJECTION_WAIT_MS: 
 const token = await instances[0]!.token([org], 'soak-client');
 const database = new pg.Pool({ connectionString: databaseUrl, max: 2 });
 
-/** Processes frozen now: a call to one of them waits for the process, not for the service, and is not counted as a wait. */
-const frozen = new Set<ServiceProcess>();
+/**
+ * Each process's freezes and thaws so far: odd while it is frozen. A call to a process frozen at
+ * any time during the call waits for the process, not for the service, and is not counted as a wait.
+ */
+const freezesAndThaws = new Map<ServiceProcess, number>();
+const flip = (instance: ServiceProcess) => freezesAndThaws.set(instance, (freezesAndThaws.get(instance) ?? 0) + 1);
 
 type Answer = { status: number; body: { data?: { id: string } } | undefined; ms: number; toFrozen: boolean };
 async function call(instance: ServiceProcess, query: string, params: unknown, key?: string): Promise<Answer> {
   const started = performance.now();
-  let toFrozen = frozen.has(instance);
-  const watch = setInterval(() => (toFrozen ||= frozen.has(instance)), 20);
+  const before = freezesAndThaws.get(instance) ?? 0;
+  const frozenMeanwhile = () => before % 2 === 1 || (freezesAndThaws.get(instance) ?? 0) !== before;
   try {
     const response = await fetch(`${instance.url}/api`, {
       method: 'POST',
@@ -82,11 +86,10 @@ async function call(instance: ServiceProcess, query: string, params: unknown, ke
       body: JSON.stringify({ query, params }),
       signal: AbortSignal.timeout(30_000),
     });
-    return { status: response.status, body: (await response.json()) as Answer['body'], ms: performance.now() - started, toFrozen };
+    const body = (await response.json()) as Answer['body'];
+    return { status: response.status, body, ms: performance.now() - started, toFrozen: frozenMeanwhile() };
   } catch {
-    return { status: 0, body: undefined, ms: performance.now() - started, toFrozen };
-  } finally {
-    clearInterval(watch);
+    return { status: 0, body: undefined, ms: performance.now() - started, toFrozen: frozenMeanwhile() };
   }
 }
 
@@ -178,7 +181,7 @@ async function faults(): Promise<void> {
     } else if (kind === 'freeze') {
       const leader = await leaderInstance();
       if (!leader) continue;
-      frozen.add(leader.instance);
+      flip(leader.instance);
       await leader.instance.signal('SIGSTOP');
       figures.freezes += 1;
       const frozenAt = performance.now();
@@ -192,7 +195,7 @@ async function faults(): Promise<void> {
       }
       await sleep(Math.max(0, 10_000 - (performance.now() - frozenAt)));
       await leader.instance.signal('SIGCONT');
-      frozen.delete(leader.instance);
+      flip(leader.instance);
     } else {
       await database.query(
         'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',

@@ -67,6 +67,8 @@ export class PgListener {
   private readonly notifyAgain = new Set<string>();
   private retryDelayMs = 100;
   private sessionIdentity: { pid: number; startedAt: string } | undefined;
+  /** The connection's statements, one at a time (LISTENs and notifications may overlap). */
+  private statements: Pick<pg.PoolClient, 'query'> | undefined;
 
   constructor(
     private readonly connectionString: string,
@@ -91,9 +93,11 @@ export class PgListener {
       set = new Set();
       this.handlers.set(channel, set);
       // A failed LISTEN means the connection is lost; connect() re-issues it after reconnecting.
-      this.serially(this.client, `LISTEN ${pg.escapeIdentifier(channel)}`).catch((error: unknown) =>
-        this.logger.warn({ err: (error as Error).message, channel }, 'LISTEN failed; it is repeated once the connection is back'),
-      );
+      this.statements
+        ?.query(`LISTEN ${pg.escapeIdentifier(channel)}`)
+        .catch((error: unknown) =>
+          this.logger.warn({ err: (error as Error).message, channel }, 'LISTEN failed; it is repeated once the connection is back'),
+        );
     }
     set.add(handler);
     return () => set.delete(handler);
@@ -109,26 +113,17 @@ export class PgListener {
       this.notifyAgain.add(channel);
       return;
     }
-    const client = this.client;
-    if (!client) return;
+    const statements = this.statements;
+    if (!statements) return;
     this.notifying.add(channel);
     // A lost notification is only a lost wake-up: waiters also poll.
-    this.serially(client, 'SELECT pg_notify($1, $2)', [channel, ''])
+    statements
+      .query('SELECT pg_notify($1, $2)', [channel, ''])
       .catch(() => undefined)
       .finally(() => {
         this.notifying.delete(channel);
         if (this.notifyAgain.delete(channel)) this.notify(channel);
       });
-  }
-
-  /** One statement at a time on the one connection: pg 9 refuses statements sent while one runs. */
-  private queue: Promise<unknown> = Promise.resolve();
-  private serially(client: pg.Client | undefined, sql: string, params: unknown[] = []): Promise<unknown> {
-    if (!client) return Promise.resolve();
-    const next = this.queue.then(() => client.query(sql, params));
-    // Only orders the next statement after this one; the caller sees this one's failure through `next`.
-    this.queue = next.catch(() => undefined);
-    return next;
   }
 
   onReconnect(handler: () => void): void {
@@ -140,6 +135,7 @@ export class PgListener {
     // Closing: the connection is discarded whatever its end does.
     await this.client?.end().catch(() => undefined);
     this.client = undefined;
+    this.statements = undefined;
   }
 
   private async connect(): Promise<void> {
@@ -150,6 +146,7 @@ export class PgListener {
     const lost = () => {
       if (this.client !== client) return;
       this.client = undefined;
+      this.statements = undefined;
       // Already lost: ending it only frees what is left of it.
       client.end().catch(() => undefined);
       this.scheduleReconnect();
@@ -164,6 +161,8 @@ export class PgListener {
     this.sessionIdentity = rows[0] && { pid: rows[0].pid, startedAt: rows[0].started_at };
     for (const channel of this.handlers.keys()) await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
     this.client = client;
+    // pg 9 refuses a statement sent while another runs on the same connection.
+    this.statements = oneAtATime(client);
     this.retryDelayMs = 100;
     for (const handler of this.reconnectHandlers) handler();
   }

@@ -22,13 +22,8 @@ export async function loadState<State, Event extends DomainEvent>(
   streamName: string,
   decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
 ): Promise<{ state: State; version: bigint }> {
-  const { events } = await loadEvents(store, streamName);
+  const events = (await readRecord(store, streamName)).map((logged) => logged.event);
   return { state: fold(decider, events), version: BigInt(events.length) };
-}
-
-async function loadEvents(store: EventStore, streamName: string) {
-  const recorded = await readRecord(store, streamName);
-  return { events: recorded.map((logged) => logged.event), positions: recorded.map((logged) => logged.position) };
 }
 
 const fold = <State, Event extends DomainEvent>(
@@ -63,11 +58,12 @@ export async function execute<Command, State, Event extends DomainEvent>(
   commandFor: (state: State) => Command | Promise<Command>,
 ): Promise<Outcome<State>> {
   for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-    const { events: stored, positions } = await loadEvents(store, streamName);
+    const logged = await readRecord(store, streamName);
+    const stored = logged.map((entry) => entry.event);
     const executed = executedAt(stored, request.commandId);
     if (executed) {
       await commandFor(fold(decider, stored.slice(0, executed.first)));
-      return { state: fold(decider, stored.slice(0, executed.last + 1)), position: positions[executed.last] };
+      return { state: fold(decider, stored.slice(0, executed.last + 1)), position: logged[executed.last]!.position };
     }
     const state = fold(decider, stored);
     const version = BigInt(stored.length);
