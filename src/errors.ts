@@ -1,18 +1,20 @@
 /** Failures the contract names (§2); the API's one error handler maps each code to its HTTP status. */
-export type ErrorCode =
-  | 'bad_request'
-  | 'unknown_operation'
-  | 'validation_error'
-  | 'unauthenticated'
-  | 'forbidden'
-  | 'not_found'
-  | 'conflict'
-  | 'idempotency_key_reused'
-  | 'payload_too_large'
-  | 'unsupported_media_type'
-  | 'rate_limited'
-  | 'internal_error'
-  | 'unavailable';
+export const errorCodes = [
+  'bad_request',
+  'unknown_operation',
+  'validation_error',
+  'unauthenticated',
+  'forbidden',
+  'not_found',
+  'conflict',
+  'idempotency_key_reused',
+  'payload_too_large',
+  'unsupported_media_type',
+  'rate_limited',
+  'internal_error',
+  'unavailable',
+] as const;
+export type ErrorCode = (typeof errorCodes)[number];
 
 export type ErrorDetail = { path: string; message: string };
 

@@ -7,13 +7,14 @@ import type { z } from 'zod';
 import { ServiceError, type ErrorDetail } from '../errors.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
+import { registerApiDocs } from './docs.js';
 import { errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { inexactNumbersOf, parseJsonBody } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
 import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
-import { envelopeSchema, paramsSchemas } from './schemas.js';
+import { envelopeSchema, paramsSchemas, requestIdPattern } from './schemas.js';
 
 export type Readiness = { ready: boolean; checks: Record<string, string> };
 
@@ -37,8 +38,6 @@ declare module 'fastify' {
     principal?: Principal;
   }
 }
-
-const validRequestId = /^[A-Za-z0-9._:-]{1,128}$/;
 
 function zodDetails(error: z.ZodError, prefix: string): ErrorDetail[] {
   return error.issues.flatMap((issue) => {
@@ -89,7 +88,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
     genReqId: (request) => {
       const incoming = request.headers['x-request-id'];
-      return typeof incoming === 'string' && validRequestId.test(incoming) ? incoming : randomUUID();
+      return typeof incoming === 'string' && requestIdPattern.test(incoming) ? incoming : randomUUID();
     },
     // Requests that arrive while closing get the contract's 503 from the onRequest hook below.
     return503OnClosing: false,
@@ -132,6 +131,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.setErrorHandler((error, request, reply) => sendError(error, request, reply));
   app.setNotFoundHandler((request, reply) => sendError(new ServiceError('not_found', 'no such endpoint'), request, reply));
 
+  registerApiDocs(app);
   app.get('/healthz', async () => ({ status: 'ok' }));
   app.get('/readyz', async (_request, reply) => {
     const readiness = await services.readiness();

@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Pool } from '../infra/postgres.js';
 import { ServiceError } from '../errors.js';
+import { idempotencyKeyPattern } from './schemas.js';
 
 /** Answers are kept for a day. */
 const retentionHours = 24;
@@ -23,8 +24,6 @@ export type Claim = {
   release(): Promise<void>;
 };
 
-const validKey = /^[\x21-\x7e]{1,255}$/;
-
 /**
  * `Idempotency-Key` on commands (contract §2): the first request with a key runs and its answer is
  * kept per caller; a repeat with the same request gets that answer again, a repeat while the first
@@ -45,7 +44,7 @@ export class IdempotencyKeys {
 
   static parseKey(header: string | string[] | undefined): string | undefined {
     if (header === undefined) return undefined;
-    if (typeof header !== 'string' || !validKey.test(header)) {
+    if (typeof header !== 'string' || !idempotencyKeyPattern.test(header)) {
       throw new ServiceError('bad_request', 'Idempotency-Key must be 1 to 255 visible ASCII characters');
     }
     return header;

@@ -1,18 +1,23 @@
 import { notFound } from '../errors.js';
-import type { HistoryItem, RecordKind } from '../audit/history.js';
+import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import type { CommandHandlers, Caller } from '../write/handlers.js';
 import type { Solution } from '../domain/solution.js';
 import type { Workspace } from '../domain/workspace.js';
 import type { Scope } from './auth.js';
-import type { OperationName, ParamsOf } from './schemas.js';
+import type { OperationName, ParamsOf, ResultOf } from './schemas.js';
 
 /** The read side as the API sees it: plain queries over the read tables. */
 export type Queries = {
   getWorkspace(id: string, organizations: readonly string[]): Promise<Workspace | undefined>;
   workspaceAsOf(id: string, organizations: ReadonlySet<string>, asOf: string): Promise<Workspace>;
   solutionAsOf(id: string, organizations: ReadonlySet<string>, asOf: string): Promise<Solution>;
-  history(kind: RecordKind, id: string, organizations: ReadonlySet<string>, page: PageRequest): Promise<Page<HistoryItem>>;
+  history<K extends RecordKind>(
+    kind: K,
+    id: string,
+    organizations: ReadonlySet<string>,
+    page: PageRequest,
+  ): Promise<Page<HistoryItem<EventOf<K>>>>;
   listWorkspaces(organizations: readonly string[], page: { page: number; size: number }): Promise<Page<Workspace>>;
   getSolution(id: string, organizations: readonly string[]): Promise<Solution | undefined>;
   listSolutions(
@@ -51,7 +56,11 @@ type Operation<O extends OperationName> = {
   /** Commands change records (and honour Idempotency-Key); queries only read. */
   kind: 'command' | 'query';
   scope: Scope;
-  run: (params: ParamsOf<O>, context: OperationContext) => Promise<unknown>;
+  /** One line for the API reference and the docs page. */
+  summary: string;
+  /** Whether it names a record that may not exist, or not be the caller's (404). */
+  namesRecord: boolean;
+  run: (params: ParamsOf<O>, context: OperationContext) => Promise<ResultOf<O>>;
 };
 
 /** The organizations a query may look at: those the token grants, narrowed by an optional filter. */
@@ -70,6 +79,8 @@ export const operations: { [O in OperationName]: Operation<O> } = {
   get_workspace: {
     kind: 'query',
     scope: 'workspaces:read',
+    summary: 'One workspace; with `as_of`, as it was at that instant.',
+    namesRecord: true,
     run: async ({ id, as_of }, { caller, queries }) =>
       workspaceResponse(
         as_of === undefined
@@ -80,32 +91,44 @@ export const operations: { [O in OperationName]: Operation<O> } = {
   get_workspace_history: {
     kind: 'query',
     scope: 'workspaces:read',
+    summary: "A workspace's events, oldest first, deleted workspaces included.",
+    namesRecord: true,
     run: ({ id, page, size }, { caller, queries }) => queries.history('workspace', id, caller.organizations, { page, size }),
   },
   list_workspaces: {
     kind: 'query',
     scope: 'workspaces:read',
+    summary: 'The workspaces the caller may access, oldest first.',
+    namesRecord: false,
     run: async ({ page, size, organization_id }, { caller, queries }) =>
       pageOf(await queries.listWorkspaces(visibleOrganizations(caller, organization_id), { page, size }), workspaceResponse),
   },
   create_workspace: {
     kind: 'command',
     scope: 'workspaces:write',
+    summary: "Creates a workspace in one of the caller's organizations.",
+    namesRecord: false,
     run: async (params, { caller, commands }) => workspaceResponse(await commands.createWorkspace(params, caller)),
   },
   update_workspace: {
     kind: 'command',
     scope: 'workspaces:write',
+    summary: 'Renames a workspace; description replaced, attributes merge-patched.',
+    namesRecord: true,
     run: async (params, { caller, commands }) => workspaceResponse(await commands.updateWorkspace(params, caller)),
   },
   delete_workspace: {
     kind: 'command',
     scope: 'workspaces:write',
+    summary: 'Deletes a workspace and its solutions.',
+    namesRecord: true,
     run: ({ id }, { caller, commands }) => commands.deleteWorkspace(id, caller),
   },
   get_solution: {
     kind: 'query',
     scope: 'solutions:read',
+    summary: 'One solution; with `as_of`, as it was at that instant.',
+    namesRecord: true,
     run: async ({ id, as_of }, { caller, queries }) =>
       solutionResponse(
         as_of === undefined
@@ -116,27 +139,37 @@ export const operations: { [O in OperationName]: Operation<O> } = {
   get_solution_history: {
     kind: 'query',
     scope: 'solutions:read',
+    summary: "A solution's events, oldest first, deleted solutions included.",
+    namesRecord: true,
     run: ({ id, page, size }, { caller, queries }) => queries.history('solution', id, caller.organizations, { page, size }),
   },
   list_solutions: {
     kind: 'query',
     scope: 'solutions:read',
+    summary: "The solutions the caller may access, oldest first; optionally one workspace's.",
+    namesRecord: false,
     run: async ({ page, size, workspace_id, organization_id }, { caller, queries }) =>
       pageOf(await queries.listSolutions(visibleOrganizations(caller, organization_id), workspace_id, { page, size }), solutionResponse),
   },
   create_solution: {
     kind: 'command',
     scope: 'solutions:write',
+    summary: 'Creates a solution in a workspace.',
+    namesRecord: true,
     run: async (params, { caller, commands }) => solutionResponse(await commands.createSolution(params, caller)),
   },
   update_solution: {
     kind: 'command',
     scope: 'solutions:write',
+    summary: 'Renames a solution; description and documentation replaced, attributes merge-patched.',
+    namesRecord: true,
     run: async (params, { caller, commands }) => solutionResponse(await commands.updateSolution(params, caller)),
   },
   delete_solution: {
     kind: 'command',
     scope: 'solutions:write',
+    summary: 'Deletes a solution.',
+    namesRecord: true,
     run: ({ id }, { caller, commands }) => commands.deleteSolution(id, caller),
   },
 };

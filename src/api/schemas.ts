@@ -1,5 +1,22 @@
 import { z } from 'zod';
-import { attributes, description, documentation, instant, name, organizationId, solutionId, workspaceId } from '../domain/values.js';
+import { errorCodes, type ErrorCode } from '../errors.js';
+import {
+  attributes,
+  description,
+  documentation,
+  instant,
+  name,
+  organizationId,
+  solutionId,
+  timestamp,
+  workspaceId,
+} from '../domain/values.js';
+
+/** `x-request-id`: a valid incoming one is echoed, anything else replaced (contract §1). */
+export const requestIdPattern = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/** `Idempotency-Key`: 1 to 255 visible ASCII characters. */
+export const idempotencyKeyPattern = /^[\x21-\x7e]{1,255}$/;
 
 /** The request envelope (contract §1): exactly `query` and `params`. */
 export const envelopeSchema = z.strictObject({
@@ -8,8 +25,9 @@ export const envelopeSchema = z.strictObject({
   params: z.custom<Record<string, unknown>>((value) => typeof value === 'object' && value !== null && !Array.isArray(value)),
 });
 
-const pageNumber = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER);
-const paging = { page: pageNumber, size: z.number().int().min(1).max(100) };
+const pageNumber = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).meta({ description: 'The page, from 1.' });
+const pageSize = z.number().int().min(1).max(100).meta({ description: 'Items per page, 1 to 100.' });
+const paging = { page: pageNumber, size: pageSize };
 
 /** Parameters per operation; strict, so an unknown parameter is a validation error. */
 export const paramsSchemas = {
@@ -55,4 +73,128 @@ export const paramsSchemas = {
 } as const;
 
 export type OperationName = keyof typeof paramsSchemas;
-export type ParamsOf<O extends OperationName> = z.infer<(typeof paramsSchemas)[O]>;
+/** What a handler receives: the parameters after validation (an `as_of` in the §8 form). */
+export type ParamsOf<O extends OperationName> = z.output<(typeof paramsSchemas)[O]>;
+/** What a client sends. */
+export type ParamsInputOf<O extends OperationName> = z.input<(typeof paramsSchemas)[O]>;
+
+/*
+ * What each operation answers in `data` (spec §4, contract §9, §10, §12). The server builds these
+ * values itself and does not parse them at run time; the OpenAPI document, the typed client and
+ * the end-to-end tests' response validation are generated from them.
+ */
+
+const text = (description: string) => z.string().meta({ description });
+
+export const workspaceSchema = z.strictObject({
+  id: workspaceId,
+  organization_id: organizationId,
+  created_at: timestamp,
+  updated_at: timestamp,
+  name,
+  description,
+  attributes,
+});
+
+export const solutionSchema = z.strictObject({
+  id: solutionId,
+  organization_id: organizationId,
+  workspace_id: workspaceId,
+  created_at: timestamp,
+  updated_at: timestamp,
+  name,
+  description,
+  attributes,
+  documentation,
+});
+
+const pageOf = <Item extends z.ZodType>(item: Item) =>
+  z.strictObject({
+    total: z.number().int().min(0).meta({ description: 'How many records the caller may access in all.' }),
+    page: pageNumber,
+    size: pageSize,
+    items: z.array(item),
+  });
+
+const historyItem = <Type extends string, Data extends z.ZodObject>(type: Type, data: Data) =>
+  z.strictObject({
+    version: z.number().int().min(1).meta({ description: "The event's 1-based sequence number in the record's stream." }),
+    type: z.literal(type),
+    occurred_at: timestamp,
+    actor: text('The `sub` of the token that caused the change.'),
+    data,
+  });
+
+/** The record's events as the audit history shows them (contract §12): the API's field names, an update's resulting values. */
+export const workspaceHistoryItemSchema = z.discriminatedUnion('type', [
+  historyItem('WorkspaceCreated', z.strictObject({ id: workspaceId, organization_id: organizationId, name, description, attributes })),
+  historyItem(
+    'WorkspaceUpdated',
+    z.strictObject({ id: workspaceId, name, description: description.optional(), attributes: attributes.optional() }),
+  ),
+  historyItem('WorkspaceDeleted', z.strictObject({ id: workspaceId, organization_id: organizationId })),
+]);
+
+export const solutionHistoryItemSchema = z.discriminatedUnion('type', [
+  historyItem(
+    'SolutionCreated',
+    z.strictObject({
+      id: solutionId,
+      organization_id: organizationId,
+      workspace_id: workspaceId,
+      name,
+      description,
+      attributes,
+      documentation,
+    }),
+  ),
+  historyItem(
+    'SolutionUpdated',
+    z.strictObject({
+      id: solutionId,
+      name,
+      description: description.optional(),
+      attributes: attributes.optional(),
+      documentation: documentation.optional(),
+    }),
+  ),
+  historyItem(
+    'SolutionDeleted',
+    z.strictObject({
+      id: solutionId,
+      organization_id: organizationId,
+      workspace_id: workspaceId,
+      reason: z.enum(['requested', 'workspace_deleted']).meta({ description: 'Deleted itself, or with its workspace.' }),
+    }),
+  ),
+]);
+
+const deletedSchema = <Id extends z.ZodString>(id: Id) => z.strictObject({ id });
+
+export const resultSchemas = {
+  get_workspace: workspaceSchema,
+  get_workspace_history: pageOf(workspaceHistoryItemSchema),
+  list_workspaces: pageOf(workspaceSchema),
+  create_workspace: workspaceSchema,
+  update_workspace: workspaceSchema,
+  delete_workspace: deletedSchema(workspaceId),
+  get_solution: solutionSchema,
+  get_solution_history: pageOf(solutionHistoryItemSchema),
+  list_solutions: pageOf(solutionSchema),
+  create_solution: solutionSchema,
+  update_solution: solutionSchema,
+  delete_solution: deletedSchema(solutionId),
+} as const satisfies { [O in OperationName]: z.ZodType };
+
+export type ResultOf<O extends OperationName> = z.output<(typeof resultSchemas)[O]>;
+
+/** The error body of contract §2. */
+export const errorBodySchema = (codes: readonly ErrorCode[] = errorCodes) =>
+  z.strictObject({
+    error: z.strictObject({
+      code: z.enum(codes as [ErrorCode, ...ErrorCode[]]),
+      message: text('For people; may change.'),
+      details: z.array(z.strictObject({ path: text('Where, e.g. params.name.'), message: z.string() })).optional(),
+      request_id: text("The response's x-request-id, also in the logs."),
+    }),
+  });

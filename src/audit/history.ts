@@ -4,7 +4,7 @@ import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
-import type { Envelope } from '../domain/events.js';
+import type { DomainEvent, Envelope, SolutionEvent, WorkspaceEvent } from '../domain/events.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
 import type { Workspace } from '../domain/workspace.js';
@@ -14,15 +14,13 @@ import type { Workspace } from '../domain/workspace.js';
  * either store and show what was recorded, not a reconstruction.
  */
 
-export type HistoryItem = {
-  version: number;
-  type: string;
-  occurred_at: Timestamp;
-  actor: string;
-  data: unknown;
-};
+/** One event as the history shows it; a union over event types, so `type` tells what `data` holds. */
+export type HistoryItem<E extends DomainEvent = DomainEvent> = E extends DomainEvent
+  ? { version: number; type: E['type']; occurred_at: Timestamp; actor: string; data: E['data'] }
+  : never;
 
 export type RecordKind = 'workspace' | 'solution';
+export type EventOf<K extends RecordKind> = K extends 'workspace' ? WorkspaceEvent : SolutionEvent;
 
 const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? workspaceStream(id) : solutionStream(id));
 
@@ -34,23 +32,27 @@ async function accessibleEvents(store: EventStore, kind: RecordKind, id: string,
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
 }
 
-export async function recordHistory(
+export async function recordHistory<K extends RecordKind>(
   store: EventStore,
-  kind: RecordKind,
+  kind: K,
   id: string,
   organizations: ReadonlySet<string>,
   request: PageRequest,
-): Promise<Page<HistoryItem>> {
+): Promise<Page<HistoryItem<EventOf<K>>>> {
   const events = await accessibleEvents(store, kind, id, organizations);
   if (events.length === 0) throw notFound(kind);
   const start = (request.page - 1) * request.size;
-  const items = events.slice(start, start + request.size).map((event, index) => ({
-    version: start + index + 1,
-    type: event.type,
-    occurred_at: event.metadata.occurred_at,
-    actor: event.metadata.actor,
-    data: event.data,
-  }));
+  // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
+  const items = events.slice(start, start + request.size).map(
+    (event, index) =>
+      ({
+        version: start + index + 1,
+        type: event.type,
+        occurred_at: event.metadata.occurred_at,
+        actor: event.metadata.actor,
+        data: event.data,
+      }) as HistoryItem<EventOf<K>>,
+  );
   return { total: events.length, page: request.page, size: request.size, items };
 }
 

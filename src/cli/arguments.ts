@@ -1,6 +1,10 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 
 type Options = NonNullable<ParseArgsConfig['options']>;
+// Named, because declarations cannot name the type parseArgs returns.
+type ParsedCommandLine<T extends Options> = ReturnType<
+  typeof parseArgs<{ args: string[]; options: T; allowPositionals: boolean; strict: true }>
+>;
 
 /** Ends a command-line tool with one line on stderr and exit code 2 (a usage error), never a stack trace. */
 export function usageError(tool: string, message: string): never {
@@ -22,7 +26,7 @@ function shorten(error: unknown): string {
  * The command line of an operator tool: `--help` (or `-h`) prints `usage` on stdout and exits 0
  * before anything else is read; an unknown option or a malformed one is a usage error.
  */
-export function commandLine<T extends Options>(tool: string, usage: string, options: T, allowPositionals = false) {
+export function commandLine<T extends Options>(tool: string, usage: string, options: T, allowPositionals = false): ParsedCommandLine<T> {
   const argv = process.argv.slice(2);
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(usage.endsWith('\n') ? usage : `${usage}\n`);

@@ -70,8 +70,8 @@ describe('read-your-writes across instances', () => {
     const workspace = await ok(a, tokenA, 'create_workspace', { organization_id: org, name: 'Del' });
     const solutions = [];
     for (let i = 0; i < 3; i++) solutions.push(await ok(a, tokenA, 'create_solution', { workspace_id: workspace.id, name: `D${i}` }));
-    await ok(b, tokenB, 'delete_solution', { id: solutions[0].id });
-    expectError(await callApi(a, tokenA, 'get_solution', { id: solutions[0].id }), 404, 'not_found');
+    await ok(b, tokenB, 'delete_solution', { id: solutions[0]!.id });
+    expectError(await callApi(a, tokenA, 'get_solution', { id: solutions[0]!.id }), 404, 'not_found');
     expect((await ok(a, tokenA, 'list_solutions', { page: 1, size: 100, workspace_id: workspace.id })).total).toBe(2);
 
     const workspacesBefore = (await ok(a, tokenA, 'list_workspaces', { page: 1, size: 1 })).total;

@@ -17,8 +17,8 @@ describe('deletion', () => {
 
   const newWorkspace = (organization_id = org) => ok(service, token, 'create_workspace', { organization_id, name: 'W' });
   const newSolution = (workspace_id: string, name = 'S') => ok(service, token, 'create_solution', { workspace_id, name });
-  const total = async (query: string, params: Record<string, unknown> = {}) =>
-    (await ok(service, token, query, { page: 1, size: 100, ...params })).total as number;
+  const total = async (query: 'list_workspaces' | 'list_solutions', filter: { organization_id?: string; workspace_id?: string } = {}) =>
+    (await ok(service, token, query, { page: 1, size: 100, ...filter })).total;
 
   describe('delete_solution', () => {
     it('answers exactly {"data": {"id"}} and the solution is gone for get, update, delete and lists', async () => {

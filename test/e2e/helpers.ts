@@ -1,5 +1,7 @@
 import { expect } from 'vitest';
-import { callApi, type ApiResponse, type TestService } from '../support/service.js';
+import { createClient, type Client, type OperationName, type Params, type Result } from '../../src/client/index.js';
+import { conformingFetch } from '../support/openapi-conformance.js';
+import { type ApiResponse, type TestService } from '../support/service.js';
 
 /** Contract §8: `YYYY-MM-DDTHH:MM:SS.ffffffZ`. */
 export const timestampPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
@@ -17,7 +19,7 @@ export async function rawPost(
   path = '/api',
   method = 'POST',
 ): Promise<ApiResponse & { text: string }> {
-  const response = await fetch(`${service.url}${path}`, { method, headers, body });
+  const response = await conformingFetch(`${service.url}${path}`, { method, headers, body });
   const text = await response.text();
   let parsed: unknown;
   try {
@@ -97,9 +99,21 @@ export function expectOk(response: ApiResponse): any {
   return response.body.data;
 }
 
-/** Calls an operation that must succeed and returns its `data`. */
-export async function ok(service: Pick<TestService, 'url'>, token: string, query: string, params: unknown): Promise<any> {
-  return expectOk(await callApi(service, token, query, params));
+/**
+ * The typed client as the suite's callers use it, every answer checked against the OpenAPI
+ * document. It does not retry: a test sees every failure as it happened.
+ */
+export const clientFor = (service: Pick<TestService, 'url'>, token: string): Client =>
+  createClient({ baseUrl: service.url, token, retries: 0, fetch: conformingFetch });
+
+/** Calls an operation that must succeed, through the typed client, and returns its `data`. */
+export async function ok<O extends OperationName>(
+  service: Pick<TestService, 'url'>,
+  token: string,
+  query: O,
+  params: Params<O>,
+): Promise<Result<O>> {
+  return clientFor(service, token).call(query, params);
 }
 
 export const workspaceKeys = ['attributes', 'created_at', 'description', 'id', 'name', 'organization_id', 'updated_at'];

@@ -49,8 +49,8 @@ describe('lists', () => {
     it('lists solutions in creation order, with attributes and documentation', async () => {
       const page = await ok(service, token, 'list_solutions', { page: 1, size: 100 });
       expect(page).toEqual({ total: 5, page: 1, size: 100, items: solutions });
-      expect(page.items[2].documentation).toEqual({ blocks: [{ type: 'text', content: 'doc 2' }] });
-      expect(page.items[2].attributes).toEqual({ i: 2 });
+      expect(page.items[2]!.documentation).toEqual({ blocks: [{ type: 'text', content: 'doc 2' }] });
+      expect(page.items[2]!.attributes).toEqual({ i: 2 });
     });
 
     it('orders concurrently created records by created_at, then id', async () => {

@@ -29,7 +29,7 @@ describe('timestamps', () => {
     const solution = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'T' });
     const after = Date.now();
     for (const record of [workspace, solution]) {
-      for (const field of ['created_at', 'updated_at']) {
+      for (const field of ['created_at', 'updated_at'] as const) {
         const millis = instant(record[field]);
         // UTC and "now": a time-zone offset would be off by at least 15 minutes. The service's clock
         // is monotonic (performance.now), which may drift slightly from Date.now.

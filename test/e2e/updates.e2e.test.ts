@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { allScopes, expectOk, expectValidation, ok } from './helpers.js';
+import type { Params } from '../../src/client/index.js';
 
 /** Contract §7: updates keep what is omitted, merge attributes (RFC 7396), replace documentation, lose nothing under concurrency. */
 describe('updates', () => {
@@ -22,7 +23,7 @@ describe('updates', () => {
     ok(service, token, 'create_solution', { workspace_id: workspaceId, name: 'S', ...params });
 
   /** Updates and checks that the answer is what a later read returns. */
-  async function update(kind: 'workspace' | 'solution', params: Record<string, unknown>): Promise<any> {
+  async function update(kind: 'workspace' | 'solution', params: Params<'update_workspace'> & Params<'update_solution'>): Promise<any> {
     const updated = await ok(service, token, `update_${kind}`, params);
     expect(await ok(service, token, `get_${kind}`, { id: params.id })).toEqual(updated);
     return updated;
@@ -149,7 +150,7 @@ describe('updates', () => {
   });
 
   describe('solution documentation', () => {
-    const text = (content: string) => ({ type: 'text', content });
+    const text = (content: string) => ({ type: 'text' as const, content });
 
     it('replaces the whole documentation when given and keeps it when omitted', async () => {
       const solution = await newSolution({ documentation: { blocks: [text('one'), text('two'), text('three')] } });

@@ -6,6 +6,7 @@ import { mintToken } from '../../src/api/tokens.js';
 import { parseConfig } from '../../src/config.js';
 import { startRuntime, type Runtime, type RuntimeOptions } from '../../src/runtime.js';
 import { createTestDatabase } from './database.js';
+import { conformingFetch } from './openapi-conformance.js';
 import { testSecret } from './secret.js';
 
 export { testSecret };
@@ -73,7 +74,7 @@ export async function callApi(
   params: unknown,
   headers: Record<string, string> = {},
 ): Promise<ApiResponse> {
-  const response = await fetch(`${service.url}/api`, {
+  const response = await conformingFetch(`${service.url}/api`, {
     method: 'POST',
     headers: {
       'content-type': 'application/json',

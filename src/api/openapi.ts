@@ -1,0 +1,271 @@
+import { z } from 'zod';
+import type { ErrorCode } from '../errors.js';
+import { statusOf } from './errors.js';
+import { operations } from './operations.js';
+import {
+  errorBodySchema,
+  idempotencyKeyPattern,
+  paramsSchemas,
+  requestIdPattern,
+  resultSchemas,
+  solutionHistoryItemSchema,
+  solutionSchema,
+  workspaceHistoryItemSchema,
+  workspaceSchema,
+  type OperationName,
+} from './schemas.js';
+
+/**
+ * The OpenAPI 3.1 document, built from the zod schemas that validate requests and type the
+ * handlers' results, and from the operation table: it cannot disagree with the server.
+ *
+ * Every operation is `POST /api`; OpenAPI allows one operation per path and method, so each is a
+ * path item of its own, `/api#<operation>`. The fragment is never sent (a URL's fragment stays
+ * with the client), so a call to any of them reaches `POST /api`, while generators and renderers
+ * see one operation with its own request body (`query` a constant, `params` that operation's) and
+ * its own result: `openapi-typescript` yields `operations["create_workspace"]` with exact types.
+ */
+
+const operationNames = Object.keys(operations) as OperationName[];
+
+const pascal = (name: string) => name.replace(/(^|_)([a-z])/g, (_, _separator: string, letter: string) => letter.toUpperCase());
+
+/** The codes each error status can carry, for every operation (contract §2). */
+const commonRefusals: ErrorCode[] = [
+  'bad_request',
+  'unknown_operation',
+  'validation_error',
+  'unauthenticated',
+  'forbidden',
+  'payload_too_large',
+  'unsupported_media_type',
+  'rate_limited',
+  'internal_error',
+  'unavailable',
+];
+
+function refusalsOf(name: OperationName): ErrorCode[] {
+  const operation = operations[name];
+  return [
+    ...commonRefusals,
+    // A keyed retry of a creation answers 404 once the caller has lost access to the record it made.
+    ...(operation.namesRecord || operation.kind === 'command' ? (['not_found'] as const) : []),
+    ...(operation.kind === 'command' ? (['conflict', 'idempotency_key_reused'] as const) : []),
+  ];
+}
+
+const whenRefused: Record<ErrorCode, string> = {
+  bad_request: 'The body is not a JSON object of exactly `query` and `params`, or a header is malformed.',
+  unknown_operation: '`query` names no operation.',
+  validation_error: 'A parameter is missing, of the wrong type, out of bounds or unknown; `details` says which.',
+  unauthenticated: 'No valid bearer token.',
+  forbidden: "The token lacks the operation's scope, or the organization is not the caller's.",
+  not_found: 'The record does not exist, was deleted, or is not the caller’s: the three look alike.',
+  conflict: 'A request with the same Idempotency-Key is still running; retry later.',
+  idempotency_key_reused: 'The Idempotency-Key was used with a different request.',
+  payload_too_large: 'The body is over the limit (1 MiB by default).',
+  unsupported_media_type: 'The body is not application/json.',
+  rate_limited: 'Too many requests from this caller; see Retry-After.',
+  internal_error: 'A bug; the body holds no internals. Report the request id.',
+  unavailable: 'The event store or the read database cannot be reached; retry (with the same Idempotency-Key for a command).',
+};
+
+const statusName: Record<number, string> = {
+  400: 'BadRequest',
+  401: 'Unauthenticated',
+  403: 'Forbidden',
+  404: 'NotFound',
+  409: 'Conflict',
+  413: 'PayloadTooLarge',
+  415: 'UnsupportedMediaType',
+  422: 'IdempotencyKeyReused',
+  429: 'RateLimited',
+  500: 'Internal',
+  503: 'Unavailable',
+};
+
+const byStatus = (codes: readonly ErrorCode[]) => {
+  const groups = new Map<number, ErrorCode[]>();
+  for (const code of codes) groups.set(statusOf[code], [...(groups.get(statusOf[code]) ?? []), code]);
+  return [...groups].sort(([a], [b]) => a - b);
+};
+
+const ref = (kind: 'schemas' | 'responses' | 'parameters' | 'headers', id: string) => ({ $ref: `#/components/${kind}/${id}` });
+
+/** JSON Schemas for every registered zod schema, named as registered and referring to each other. */
+function componentSchemas(): Record<string, unknown> {
+  const registry = z.registry<{ id: string }>();
+  registry.add(workspaceSchema, { id: 'Workspace' });
+  registry.add(solutionSchema, { id: 'Solution' });
+  registry.add(workspaceHistoryItemSchema, { id: 'WorkspaceHistoryItem' });
+  registry.add(solutionHistoryItemSchema, { id: 'SolutionHistoryItem' });
+  registry.add(errorBodySchema(), { id: 'Error' });
+  for (const [status, codes] of byStatus(commonRefusals.concat('not_found', 'conflict', 'idempotency_key_reused'))) {
+    registry.add(errorBodySchema(codes), { id: `${statusName[status]}Error` });
+  }
+  for (const name of operationNames) {
+    const Name = pascal(name);
+    registry.add(paramsSchemas[name], { id: `${Name}Params` });
+    if (!registry.has(resultSchemas[name])) registry.add(resultSchemas[name], { id: `${Name}Result` });
+    registry.add(z.strictObject({ query: z.literal(name), params: paramsSchemas[name] }), { id: `${Name}Request` });
+    registry.add(z.strictObject({ data: resultSchemas[name] }), { id: `${Name}Response` });
+  }
+  const { schemas } = z.toJSONSchema(registry, {
+    target: 'draft-2020-12',
+    // What a client sends: `as_of` before it is read as an instant.
+    io: 'input',
+    // attributes and the values checked in code carry their JSON Schema in `.meta()`.
+    unrepresentable: 'any',
+    uri: (id) => `#/components/schemas/${id}`,
+  });
+  return Object.fromEntries(
+    Object.entries(schemas).map(([id, schema]) => {
+      const { $schema: _dialect, $id: _id, ...rest } = schema as Record<string, unknown>;
+      return [id, rest];
+    }),
+  );
+}
+
+const requestIdHeader = {
+  description: 'The request id: the x-request-id sent, when valid, else a new one. Also in the logs and in error bodies.',
+  schema: { type: 'string' },
+};
+
+function pathItem(name: OperationName) {
+  const operation = operations[name];
+  const Name = pascal(name);
+  const errorResponses = Object.fromEntries(
+    byStatus(refusalsOf(name)).map(([status, codes]) => [
+      String(status),
+      {
+        description: codes.map((code) => `\`${code}\`: ${whenRefused[code]}`).join('\n\n'),
+        headers: {
+          'x-request-id': ref('headers', 'RequestId'),
+          ...(status === 401 ? { 'WWW-Authenticate': { schema: { type: 'string', const: 'Bearer' } } } : {}),
+          ...(status === 429 ? { 'Retry-After': { description: 'Seconds to wait.', schema: { type: 'integer' } } } : {}),
+        },
+        content: { 'application/json': { schema: ref('schemas', `${statusName[status]}Error`) } },
+      },
+    ]),
+  );
+  return {
+    post: {
+      operationId: name,
+      summary: operation.summary,
+      description: `Scope \`${operation.scope}\`. A ${operation.kind}: sends \`{"query": "${name}", "params": {...}}\` to \`POST /api\`.`,
+      tags: [operation.scope.startsWith('workspaces') ? 'Workspaces' : 'Solutions'],
+      security: [{ bearerAuth: [operation.scope] }],
+      parameters: [ref('parameters', 'RequestId'), ...(operation.kind === 'command' ? [ref('parameters', 'IdempotencyKey')] : [])],
+      requestBody: { required: true, content: { 'application/json': { schema: ref('schemas', `${Name}Request`) } } },
+      responses: {
+        '200': {
+          description: 'Done; `data` holds the result.',
+          headers: {
+            'x-request-id': ref('headers', 'RequestId'),
+            ...(operation.kind === 'command'
+              ? { 'idempotent-replayed': { description: 'Present, "true", on a replayed answer.', schema: { const: 'true' } } }
+              : {}),
+          },
+          content: { 'application/json': { schema: ref('schemas', `${Name}Response`) } },
+        },
+        ...errorResponses,
+      },
+    },
+  };
+}
+
+const readinessSchema = {
+  type: 'object',
+  required: ['status', 'checks'],
+  additionalProperties: false,
+  properties: {
+    status: { enum: ['ready', 'not_ready'] },
+    checks: { type: 'object', additionalProperties: { type: 'string' }, description: 'One entry per dependency: "ok" or what is wrong.' },
+  },
+};
+
+export function openApiDocument(version: string) {
+  return {
+    openapi: '3.1.1',
+    info: {
+      title: 'Workspace & Solution API',
+      version,
+      description:
+        'Every operation is `POST /api` with `{"query": <operation>, "params": {...}}`; each appears here as `/api#<operation>` ' +
+        '(the fragment is never sent). Success is 200 with `{"data": ...}`; every failure has the error body of `Error`. ' +
+        'Commands take an optional `Idempotency-Key`, and answer only once the read side shows their effect.',
+    },
+    servers: [{ url: '/' }],
+    tags: [
+      { name: 'Workspaces', description: 'Workspaces and their history.' },
+      { name: 'Solutions', description: 'Solutions, inside workspaces, and their history.' },
+      { name: 'Operations', description: 'Liveness and readiness, without a token.' },
+    ],
+    paths: {
+      ...Object.fromEntries(operationNames.map((name) => [`/api#${name}`, pathItem(name)])),
+      '/healthz': {
+        get: {
+          operationId: 'healthz',
+          summary: 'Liveness: 200 while the process runs.',
+          tags: ['Operations'],
+          security: [],
+          responses: {
+            '200': {
+              description: 'Alive.',
+              content: {
+                'application/json': {
+                  schema: { type: 'object', required: ['status'], additionalProperties: false, properties: { status: { const: 'ok' } } },
+                },
+              },
+            },
+          },
+        },
+      },
+      '/readyz': {
+        get: {
+          operationId: 'readyz',
+          summary: 'Readiness: the stores answer and the projection is caught up.',
+          tags: ['Operations'],
+          security: [],
+          responses: {
+            '200': { description: 'Ready.', content: { 'application/json': { schema: readinessSchema } } },
+            '503': { description: 'Not ready; `checks` says why.', content: { 'application/json': { schema: readinessSchema } } },
+          },
+        },
+      },
+    },
+    components: {
+      schemas: componentSchemas(),
+      securitySchemes: {
+        bearerAuth: {
+          type: 'http',
+          scheme: 'bearer',
+          bearerFormat: 'JWT',
+          description:
+            'A JWT with `sub` (the caller, recorded as the actor), `orgs` (the organizations it may access), `scope` ' +
+            '(space-separated: workspaces:read workspaces:write solutions:read solutions:write) and `exp`. ' +
+            'Each operation lists the scope it needs.',
+        },
+      },
+      parameters: {
+        RequestId: {
+          name: 'x-request-id',
+          in: 'header',
+          required: false,
+          ...requestIdHeader,
+          schema: { type: 'string', pattern: requestIdPattern.source },
+        },
+        IdempotencyKey: {
+          name: 'Idempotency-Key',
+          in: 'header',
+          required: false,
+          description:
+            'Makes a retry safe: the same key and request answer what the first execution did, without doing it again. ' +
+            'Keys belong to the caller; reused with a different request, 422.',
+          schema: { type: 'string', pattern: idempotencyKeyPattern.source },
+        },
+      },
+      headers: { RequestId: requestIdHeader },
+    },
+  };
+}

@@ -1,0 +1,206 @@
+import type { OperationName, ParamsInputOf, ResultOf } from '../api/schemas.js';
+import type { ErrorCode, ErrorDetail } from '../errors.js';
+
+/**
+ * The typed client: one method per operation, parameter and result types inferred from the zod
+ * schemas the server validates with (type imports only: nothing of the server runs here).
+ */
+
+export type { ErrorCode, ErrorDetail, OperationName };
+export type Params<O extends OperationName> = ParamsInputOf<O>;
+export type Result<O extends OperationName> = ResultOf<O>;
+
+/** Commands change records and carry an Idempotency-Key; queries only read. Checked against the server's table by a test. */
+export const operationKinds: { readonly [O in OperationName]: 'command' | 'query' } = {
+  get_workspace: 'query',
+  get_workspace_history: 'query',
+  list_workspaces: 'query',
+  create_workspace: 'command',
+  update_workspace: 'command',
+  delete_workspace: 'command',
+  get_solution: 'query',
+  get_solution_history: 'query',
+  list_solutions: 'query',
+  create_solution: 'command',
+  update_solution: 'command',
+  delete_solution: 'command',
+};
+
+/** The operations answering a page: their `page` is the client's to turn. */
+export type PagedOperation = {
+  [O in OperationName]: Result<O> extends { items: unknown[]; total: number } ? O : never;
+}[OperationName];
+export type ItemOf<O extends PagedOperation> = Result<O>['items'][number];
+
+/** An answer other than 200, with the contract's error body (§2). */
+export class ApiError extends Error {
+  override readonly name = 'ApiError';
+  constructor(
+    readonly status: number,
+    readonly code: ErrorCode,
+    message: string,
+    readonly details: ErrorDetail[] | undefined,
+    readonly requestId: string | undefined,
+  ) {
+    super(message);
+  }
+}
+
+export type ClientOptions = {
+  /** Where the service runs, e.g. `http://localhost:3000`. */
+  baseUrl: string;
+  /** A bearer token, or a function giving one per request (to refresh it). */
+  token: string | (() => string | Promise<string>);
+  /**
+   * Retries after a lost connection or a 503, with the same Idempotency-Key for a command, so a
+   * command whose answer was lost is done once. Default 3; 0 turns retrying off.
+   */
+  retries?: number;
+  /** First retry delay in milliseconds, doubled each time. Default 200. */
+  retryDelayMs?: number;
+  /** Another fetch (a proxy agent, instrumentation). Default: the global fetch. */
+  fetch?: typeof fetch;
+};
+
+export type CallOptions = {
+  /** For a command: the key to send instead of a generated one (to retry across processes). */
+  idempotencyKey?: string;
+  /** Sent as x-request-id, to find the request in the service's logs. */
+  requestId?: string;
+  signal?: AbortSignal;
+};
+
+type CamelCase<S extends string> = S extends `${infer Head}_${infer Tail}` ? `${Head}${Capitalize<CamelCase<Tail>>}` : S;
+
+type Methods = {
+  [O in OperationName as CamelCase<O>]: (params: Params<O>, options?: CallOptions) => Promise<Result<O>>;
+};
+
+export type Client = Methods & {
+  /** Any operation by its API name. */
+  call<O extends OperationName>(operation: O, params: Params<O>, options?: CallOptions): Promise<Result<O>>;
+  /** Every page of a list or history, from `params.page` (default 1) to the last. */
+  pages<O extends PagedOperation>(
+    operation: O,
+    params: Omit<Params<O>, 'page'> & { page?: number },
+    options?: Omit<CallOptions, 'idempotencyKey'>,
+  ): AsyncGenerator<Result<O>>;
+  /** Every item of a list or history, page after page. */
+  items<O extends PagedOperation>(
+    operation: O,
+    params: Omit<Params<O>, 'page'> & { page?: number },
+    options?: Omit<CallOptions, 'idempotencyKey'>,
+  ): AsyncGenerator<ItemOf<O>>;
+};
+
+const camelCase = (name: string) => name.replace(/_([a-z])/g, (_, letter: string) => letter.toUpperCase());
+
+const sleep = (ms: number, signal: AbortSignal | undefined) =>
+  new Promise<void>((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    });
+  });
+
+/** No answer came: the connection failed or was lost. For a command, whether it was done is unknown. */
+export class ServiceUnreachable extends Error {
+  override readonly name = 'ServiceUnreachable';
+}
+
+/**
+ * Worth another try with the same request (and key): no answer, the service unavailable, or, on a
+ * retry, the first attempt still running (409) after its connection was lost.
+ */
+const retryable = (error: unknown, retry: number) =>
+  error instanceof ServiceUnreachable ||
+  (error instanceof ApiError && (error.code === 'unavailable' || (retry > 0 && error.code === 'conflict')));
+
+export function createClient(options: ClientOptions): Client {
+  const baseUrl = options.baseUrl.replace(/\/+$/, '');
+  const retries = options.retries ?? 3;
+  const retryDelayMs = options.retryDelayMs ?? 200;
+  const fetchImpl = options.fetch ?? fetch;
+  const token = async () => (typeof options.token === 'function' ? options.token() : options.token);
+
+  async function attempt(body: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<unknown> {
+    let response: Response;
+    try {
+      response = await fetchImpl(`${baseUrl}/api`, {
+        method: 'POST',
+        headers: { ...headers, authorization: `Bearer ${await token()}` },
+        body,
+        ...(signal ? { signal } : {}),
+      });
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      throw new ServiceUnreachable('the service could not be reached', { cause: error });
+    }
+    const text = await response.text();
+    let parsed: { data?: unknown; error?: { code: ErrorCode; message: string; details?: ErrorDetail[]; request_id?: string } };
+    try {
+      parsed = JSON.parse(text) as typeof parsed;
+    } catch {
+      // A proxy's or load balancer's own page: no contract body to read.
+      const code = response.status >= 502 && response.status <= 504 ? 'unavailable' : 'internal_error';
+      throw new ApiError(response.status, code, `HTTP ${response.status} without a JSON body`, undefined, undefined);
+    }
+    if (response.ok) return parsed.data;
+    const error = parsed.error;
+    throw new ApiError(
+      response.status,
+      error?.code ?? 'internal_error',
+      error?.message ?? `HTTP ${response.status}`,
+      error?.details,
+      error?.request_id ?? response.headers.get('x-request-id') ?? undefined,
+    );
+  }
+
+  async function call<O extends OperationName>(operation: O, params: Params<O>, callOptions: CallOptions = {}): Promise<Result<O>> {
+    const headers: Record<string, string> = { 'content-type': 'application/json' };
+    if (operationKinds[operation] === 'command') headers['idempotency-key'] = callOptions.idempotencyKey ?? crypto.randomUUID();
+    if (callOptions.requestId !== undefined) headers['x-request-id'] = callOptions.requestId;
+    const body = JSON.stringify({ query: operation, params });
+    for (let retry = 0; ; retry += 1) {
+      try {
+        return (await attempt(body, headers, callOptions.signal)) as Result<O>;
+      } catch (error) {
+        if (retry >= retries || !retryable(error, retry)) throw error;
+        await sleep(retryDelayMs * 2 ** retry, callOptions.signal);
+      }
+    }
+  }
+
+  async function* pages<O extends PagedOperation>(
+    operation: O,
+    params: Omit<Params<O>, 'page'> & { page?: number },
+    callOptions: Omit<CallOptions, 'idempotencyKey'> = {},
+  ): AsyncGenerator<Result<O>> {
+    for (let page = params.page ?? 1; ; page += 1) {
+      const result = (await call(operation, { ...params, page } as Params<O>, callOptions)) as Result<O> & {
+        items: unknown[];
+        total: number;
+      };
+      yield result;
+      if (result.items.length === 0 || page * result.size >= result.total) return;
+    }
+  }
+
+  async function* items<O extends PagedOperation>(
+    operation: O,
+    params: Omit<Params<O>, 'page'> & { page?: number },
+    callOptions: Omit<CallOptions, 'idempotencyKey'> = {},
+  ): AsyncGenerator<ItemOf<O>> {
+    for await (const page of pages(operation, params, callOptions)) yield* page.items as ItemOf<O>[];
+  }
+
+  const methods = Object.fromEntries(
+    (Object.keys(operationKinds) as OperationName[]).map((operation) => [
+      camelCase(operation),
+      (params: never, callOptions?: CallOptions) => call(operation, params, callOptions),
+    ]),
+  ) as Methods;
+  return { ...methods, call, pages, items };
+}

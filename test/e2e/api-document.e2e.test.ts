@@ -1,0 +1,136 @@
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { chromium, type Browser } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { openApiDocument } from '../../src/api/openapi.js';
+import { operations } from '../../src/api/operations.js';
+import { schemaRefFor } from '../support/openapi-conformance.js';
+import { startTestService, type TestService } from '../support/service.js';
+import { allScopes, jsonHeaders, ok, rawPost } from './helpers.js';
+
+/** Debian's chromium (what `.ci/run` installs), or another one named by CHROMIUM_PATH. */
+const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+const screenshots = path.resolve('test-results');
+const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
+
+describe('the API document and the docs page', () => {
+  let service: TestService;
+  beforeAll(async () => {
+    service = await startTestService();
+  });
+  afterAll(() => service?.close());
+
+  it('serves the OpenAPI document without a token, the one built from the schemas', async () => {
+    const response = await fetch(`${service.url}/openapi.json`);
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(await response.json()).toEqual(JSON.parse(JSON.stringify(openApiDocument(version))));
+  });
+
+  it('describes every answer of every operation: successes and each error kind, as checked by Ajv', async () => {
+    const org = 'org_document';
+    const token = await service.token([org], allScopes);
+    const scopeless = await service.token([org], '');
+    const workspace = await ok(service, token, 'create_workspace', { organization_id: org, name: 'Doc' });
+    const solution = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Doc' });
+    const valid: Record<string, Record<string, unknown>> = {
+      get_workspace: { id: workspace.id },
+      get_workspace_history: { id: workspace.id, page: 1, size: 10 },
+      list_workspaces: { page: 1, size: 10 },
+      create_workspace: { organization_id: org, name: 'Doc 2' },
+      update_workspace: { id: workspace.id, name: 'Doc 3' },
+      get_solution: { id: solution.id },
+      get_solution_history: { id: solution.id, page: 1, size: 10 },
+      list_solutions: { page: 1, size: 10 },
+      create_solution: { workspace_id: workspace.id, name: 'Doc 2' },
+      update_solution: { id: solution.id, name: 'Doc 3' },
+      // Last, so the records above stay for the others.
+      delete_solution: { id: solution.id },
+      delete_workspace: { id: workspace.id },
+    };
+    const missing: Record<string, Record<string, unknown>> = {
+      get_workspace: { id: 'ws_missing' },
+      get_workspace_history: { id: 'ws_missing', page: 1, size: 10 },
+      update_workspace: { id: 'ws_missing', name: 'x' },
+      delete_workspace: { id: 'ws_missing' },
+      get_solution: { id: 'sol_missing' },
+      get_solution_history: { id: 'sol_missing', page: 1, size: 10 },
+      create_solution: { workspace_id: 'ws_missing', name: 'x' },
+      update_solution: { id: 'sol_missing', name: 'x' },
+      delete_solution: { id: 'sol_missing' },
+    };
+    const send = (query: string, params: unknown, headers: Record<string, string> = jsonHeaders(token), extra = {}) =>
+      rawPost(service, JSON.stringify({ query, params, ...extra }), headers);
+    expect(Object.keys(valid).sort()).toEqual(Object.keys(operations).sort());
+
+    // rawPost checks each answer against the document (test/support/openapi-conformance.ts).
+    for (const [query, params] of Object.entries(valid)) {
+      const answers = [
+        await send(query, params, jsonHeaders(undefined)),
+        await send(query, params, jsonHeaders(scopeless)),
+        await send(query, { ...params, unknown_parameter: 1 }),
+        await send(query, params, jsonHeaders(token), { extra: true }),
+        await send(query, params, { ...jsonHeaders(token), 'content-type': 'text/plain' }),
+        await rawPost(service, JSON.stringify({ query, params: { blob: 'x'.repeat(1_100_000) } }), jsonHeaders(token)),
+        ...(missing[query] ? [await send(query, missing[query])] : []),
+      ];
+      if (operations[query as keyof typeof operations].kind === 'command') {
+        const headers = { ...jsonHeaders(token), 'idempotency-key': `document-${query}` };
+        answers.push(await send(query, params, headers));
+        const different = query.startsWith('delete_') ? { id: `${String(params.id)}_other` } : { ...params, name: 'Another' };
+        answers.push(await send(query, different, headers));
+      } else {
+        answers.push(await send(query, params));
+      }
+      const statuses = answers.map((answer) => answer.status);
+      expect(statuses.slice(0, 6), query).toEqual([401, 403, 400, 400, 415, 413]);
+      if (missing[query]) expect(statuses[6], query).toBe(404);
+      expect(statuses.at(-1), query).toBe(operations[query as keyof typeof operations].kind === 'command' ? 422 : 200);
+      for (const answer of answers) expect(() => schemaRefFor(query, answer.status)).not.toThrow();
+    }
+    const unknown = await send('no_such_operation', {});
+    expect(unknown.body.error.code).toBe('unknown_operation');
+  });
+
+  describe('in a real headless browser', () => {
+    let browser: Browser;
+    beforeAll(async () => {
+      if (!existsSync(chromiumPath)) {
+        throw new Error(`no Chromium at ${chromiumPath}: install Debian's chromium (as .ci/run does) or set CHROMIUM_PATH`);
+      }
+      browser = await chromium.launch({
+        executablePath: chromiumPath,
+        // Root in CI containers needs --no-sandbox; the rest keeps Chromium off the network it would call home on.
+        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      });
+    });
+    afterAll(() => browser?.close());
+
+    it('renders every operation at /docs from the service alone, and takes a screenshot', async () => {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+      const elsewhere: string[] = [];
+      page.on('request', (request) => {
+        if (!request.url().startsWith(service.url) && !request.url().startsWith('data:')) elsewhere.push(request.url());
+      });
+      const failed: string[] = [];
+      page.on('requestfailed', (request) => failed.push(request.url()));
+      const errors: string[] = [];
+      page.on('pageerror', (error) => errors.push(error.message));
+
+      const response = await page.goto(`${service.url}/docs`);
+      expect(response?.status()).toBe(200);
+      await page.locator('.opblock').first().waitFor({ timeout: 30_000 });
+      const listed = await page.locator('.opblock-summary-path').allInnerTexts();
+      const names = listed.map((text) => text.replace(/\u200b/g, '').trim());
+      for (const name of Object.keys(operations)) expect(names).toContain(`/api#${name}`);
+      expect(await page.locator('.opblock-post').count()).toBe(Object.keys(operations).length);
+
+      mkdirSync(screenshots, { recursive: true });
+      const file = path.join(screenshots, `docs-page-${process.env.TEST_EVENT_STORE ?? 'postgres'}.png`);
+      await page.screenshot({ path: file, fullPage: true });
+      expect(statSync(file).size).toBeGreaterThan(10_000);
+      expect({ elsewhere, failed, errors }).toEqual({ elsewhere: [], failed: [], errors: [] });
+      await page.close();
+    });
+  });
+});
