@@ -75,6 +75,7 @@ async function main(): Promise<void> {
       [
         '',
         `Workspace & Solution API on ${address}/api (embedded PostgreSQL, data in ${config.dataDir})`,
+        `API reference: ${address}/docs (OpenAPI document: ${address}/openapi.json)`,
         `Development token (organization ${developmentOrganization}, all scopes, valid 30 days):`,
         '',
         `export TOKEN=${token}`,
