@@ -116,7 +116,13 @@ try {
 
   // 4. HTTP latency, interleaved, in steady state: statistics and visibility map as autovacuum keeps them.
   await runtime.pool.query('VACUUM ANALYZE workspaces');
-  const app = await buildApp({ services: runtime.services, logger, bodyLimitBytes: config.bodyLimitBytes, rateLimitPerMinute: 0 });
+  const app = await buildApp({
+    services: runtime.services,
+    logger,
+    bodyLimitBytes: config.bodyLimitBytes,
+    rateLimitPerMinute: 0,
+    serveMetrics: true,
+  });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/api`;
   const token = await mintToken(secret, { subject: 'bench', organizations: [organization], expiresIn: '1h' });
