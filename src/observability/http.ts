@@ -29,8 +29,9 @@ const spanName = (request: FastifyRequest, operation: string) =>
 export function observeHttp(app: FastifyInstance, metrics: Metrics, options: { serveMetrics: boolean }): void {
   const spans = new WeakMap<FastifyRequest, Span>();
 
-  // A callback hook, not an async one: the rest of the request (the other hooks, the body parser's
-  // stream events bound below, the handler) must run inside `context.with`.
+  // A callback hook, not an async one: fastify runs the rest of the request (the later hooks, the
+  // body parser's continuation, which it binds to this async context, the handler, the answer's
+  // hooks) from `done`, so calling it inside `context.with` makes the span active for all of it.
   app.addHook('onRequest', (request, reply, done) => {
     const parent = traceContextPropagator.extract(ROOT_CONTEXT, request.headers, defaultTextMapGetter);
     const span = tracer.startSpan(
@@ -43,10 +44,7 @@ export function observeHttp(app: FastifyInstance, metrics: Metrics, options: { s
     );
     if (!span.isRecording()) return done();
     spans.set(request, span);
-    const active = trace.setSpan(parent, span);
-    context.bind(active, request.raw);
-    context.bind(active, reply.raw);
-    context.with(active, done);
+    context.with(trace.setSpan(parent, span), done);
   });
 
   app.addHook('onResponse', async (request, reply) => {
