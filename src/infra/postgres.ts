@@ -24,11 +24,12 @@ type Query = (...args: unknown[]) => unknown;
 
 /**
  * A query in a child span of the request's span, made at this boundary rather than by
- * @opentelemetry/instrumentation-pg: that package patches `pg` through require hooks, which an ESM
- * `import pg from 'pg'` (this project, run by tsx or compiled) does not pass through without a
- * loader flag on every start; and it would be one more dependency. Only the promise form is traced:
- * the service uses nothing else, and the pool's own `query` calls its client's with a callback, so
- * that query is traced once, at the pool, in the caller's context.
+ * @opentelemetry/instrumentation-pg. Tried here: that package patches `pg` only if it is registered
+ * before `pg` is first loaded (a side-effect import ahead of every other, reading the environment
+ * before src/config.ts does), it saw nothing under the import-in-the-middle ESM loader, and a test
+ * process that has loaded `pg` already could not check it; this works whenever tracing starts.
+ * Only the promise form is traced: the service uses nothing else, and the pool's own `query` calls
+ * its client's with a callback, so that query is traced once, at the pool, in the caller's context.
  */
 function traced(query: Query): Query {
   return function (this: unknown, ...args: unknown[]) {
