@@ -1,4 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Readiness } from '../api/app.js';
 
 /** Every metric name starts with this, the process metrics included. */
 export const metricPrefix = 'wsapi_';
@@ -11,7 +12,7 @@ export const projectionLagProbeLimit = 1000;
 
 /** What the metrics read at each scrape: state that is cheaper to ask for than to track. */
 export type ScrapeSources = {
-  readiness: () => Promise<{ ready: boolean; checks: Record<string, string> }>;
+  readiness: () => Promise<Readiness>;
   /** Events written but not yet projected (up to a cap), and the age of the oldest of them. */
   projectionLag: () => Promise<{ events: number; seconds: number }>;
   /** Solutions hidden with their deleted workspace still waiting for their own SolutionDeleted. */

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scrape, total, type Scrape } from '../support/metrics.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
+import { eventually } from '../support/stack.js';
 import { expectError, rawPost } from './helpers.js';
 
 /** GET /metrics on the API's port, as Prometheus scrapes it: over HTTP, without a token. */
@@ -111,5 +112,27 @@ describe('GET /metrics', () => {
       total(after, 'wsapi_event_store_call_duration_seconds_count', { call: 'append', outcome: 'conflict' }) -
         total(before, 'wsapi_event_store_call_duration_seconds_count', { call: 'append', outcome: 'conflict' }),
     ).toBe(conflicts);
+  });
+
+  it('shows the projection lag while no projector runs, and readiness down for it, until one catches up', async () => {
+    const idle = await startTestService({ runProjector: false, env: { PROJECTION_WAIT_MS: '50' } });
+    try {
+      const idleToken = await idle.token([org]);
+      for (let i = 0; i < 2; i++)
+        expect((await callApi(idle, idleToken, 'create_workspace', { organization_id: org, name: `Lag ${i}` })).status).toBe(200);
+      const behind = await scrape(`${idle.url}/metrics`);
+      expect(total(behind, 'wsapi_projection_lag_events')).toBe(2);
+      expect(total(behind, 'wsapi_projection_lag_seconds')).toBeGreaterThan(0);
+      expect(total(behind, 'wsapi_ready', { check: 'projection' })).toBe(0);
+      expect(total(behind, 'wsapi_ready', { check: 'all' })).toBe(0);
+
+      idle.runtime.projector.start();
+      await eventually(async () => total(await scrape(`${idle.url}/metrics`), 'wsapi_projection_lag_events') === 0);
+      const caughtUp = await scrape(`${idle.url}/metrics`);
+      expect(total(caughtUp, 'wsapi_projection_lag_seconds')).toBe(0);
+      expect(total(caughtUp, 'wsapi_projector_batch_events_sum')).toBe(2);
+    } finally {
+      await idle.close();
+    }
   });
 });
