@@ -1,11 +1,15 @@
 /**
- * npm run bench [-- --workspaces 100000 --samples 200]
+ * npm run bench [-- --workspaces 100000 --samples 200 --tracing]
  *
  * Starts the service on a fresh embedded PostgreSQL (or DATABASE_URL), appends workspaces through
  * the event store port, lets the projector build the read tables, then measures side by side:
  * appends per second, projection lag from commit to visible, and get_workspace / list_workspaces
  * latency at page 1 and page 1,000 (size 100) over HTTP, interleaved so noise hits all alike.
+ * With --tracing, every request is traced and exported by OTLP/HTTP, as OTEL_EXPORTER_OTLP_ENDPOINT
+ * would have it, to a local sink that accepts and discards the spans: the cost of tracing is the
+ * difference from a run without it.
  */
+import { createServer } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
@@ -18,6 +22,7 @@ import { mintToken } from '../src/api/tokens.js';
 import { parseConfig } from '../src/config.js';
 import { workspaceStream } from '../src/eventstore/stream-names.js';
 import { createClock } from '../src/infra/clock.js';
+import { startConfiguredTracing } from '../src/observability/tracing.js';
 import { startRuntime } from '../src/runtime.js';
 import { decideWorkspace, initialWorkspaceState } from '../src/domain/workspace.js';
 
@@ -26,6 +31,7 @@ const { values } = parseArgs({
     workspaces: { type: 'string', default: '100000' },
     samples: { type: 'string', default: '200' },
     writers: { type: 'string', default: '32' },
+    tracing: { type: 'boolean', default: false },
   },
 });
 const workspaceCount = Number(values.workspaces);
@@ -43,6 +49,18 @@ const config = parseConfig({
   PROJECTION_WAIT_MS: '60000',
 });
 const logger = pino({ level: 'silent' });
+
+/** Takes OTLP/HTTP exports and counts them, as a collector would take them. */
+const spanSink = { requests: 0, bytes: 0 };
+const sink = createServer((request, response) => {
+  spanSink.requests += 1;
+  request.on('data', (chunk: Buffer) => (spanSink.bytes += chunk.length));
+  request.on('end', () => response.writeHead(200, { 'content-type': 'application/json' }).end('{}'));
+});
+if (values.tracing) await new Promise<void>((resolve) => sink.listen(0, '127.0.0.1', resolve));
+const tracing = values.tracing
+  ? startConfiguredTracing({ tracesUrl: `http://127.0.0.1:${(sink.address() as AddressInfo).port}/v1/traces`, serviceName: 'wsapi-bench' })
+  : undefined;
 const runtime = await startRuntime(config, logger);
 const clock = createClock();
 
@@ -116,7 +134,13 @@ try {
 
   // 4. HTTP latency, interleaved, in steady state: statistics and visibility map as autovacuum keeps them.
   await runtime.pool.query('VACUUM ANALYZE workspaces');
-  const app = await buildApp({ services: runtime.services, logger, bodyLimitBytes: config.bodyLimitBytes, rateLimitPerMinute: 0 });
+  const app = await buildApp({
+    services: runtime.services,
+    logger,
+    bodyLimitBytes: config.bodyLimitBytes,
+    rateLimitPerMinute: 0,
+    serveMetrics: true,
+  });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/api`;
   const token = await mintToken(secret, { subject: 'bench', organizations: [organization], expiresIn: '1h' });
@@ -147,8 +171,14 @@ try {
   const page1 = summary(timings.page1);
   const page1000 = summary(timings.page1000);
   const lag = summary(lags);
+  await tracing?.shutdown();
   console.log(
     `records: ${workspaceCount} workspaces in one organization; ${samples} samples each; PostgreSQL ${config.databaseUrl ? 'DATABASE_URL' : 'embedded'}`,
+  );
+  console.log(
+    values.tracing
+      ? `tracing:         on, exported by OTLP/HTTP to a local sink (${spanSink.requests} exports, ${fmt(spanSink.bytes / 1024)} KiB)`
+      : 'tracing:         off (no provider)',
   );
   console.log(`appends:         ${fmt(workspaceCount / appendSeconds)} appends/s (${writers} concurrent writers, 1 event each)`);
   console.log(`projection:      ${backlog.length} events behind when the writers finished; caught up ${fmt(catchUpMillis)} ms later`);
@@ -161,5 +191,6 @@ try {
   );
 } finally {
   await runtime.close();
+  sink.close();
   rmSync(dataDir, { recursive: true, force: true });
 }

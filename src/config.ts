@@ -45,6 +45,14 @@ const environmentSchema = z
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
+    METRICS_PORT: z.preprocess(
+      emptyAsUndefined,
+      z.string().regex(/^\d+$/, 'must be a whole number').transform(Number).pipe(z.number().int().min(1).max(65535)).optional(),
+    ),
+    METRICS_HOST: optionalString,
+    OTEL_EXPORTER_OTLP_ENDPOINT: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),
+    OTEL_SERVICE_NAME: z.preprocess(emptyAsUndefined, z.string().default('workspace-solution-api')),
   })
   .superRefine((env, ctx) => {
     if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
@@ -75,10 +83,17 @@ export type Config = Readonly<{
   bodyLimitBytes: number;
   rateLimitPerMinute: number;
   logLevel: string;
+  /** Where GET /metrics is served: on the API's port (`port` undefined) or on a listener of its own. */
+  metrics: Readonly<{ port: number | undefined; host: string }>;
+  /** Traces are exported by OTLP/HTTP to `tracesUrl`; undefined: no tracing at all. */
+  tracing: Readonly<{ tracesUrl: string | undefined; serviceName: string }>;
 }>;
 
 /** Every environment variable the service reads (documented with its default in `.env.example`). */
 export const configurationVariables: readonly string[] = Object.keys(environmentSchema.shape);
+
+/** The OpenTelemetry rule: a base endpoint gets the signal's path appended; a traces endpoint is used as it is. */
+const tracesUrlOf = (endpoint: string | undefined) => endpoint && `${endpoint.replace(/\/+$/, '')}/v1/traces`;
 
 export class ConfigError extends Error {}
 
@@ -113,5 +128,10 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
     logLevel: env.LOG_LEVEL,
+    metrics: Object.freeze({ port: env.METRICS_PORT, host: env.METRICS_HOST ?? env.HOST }),
+    tracing: Object.freeze({
+      tracesUrl: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? tracesUrlOf(env.OTEL_EXPORTER_OTLP_ENDPOINT),
+      serviceName: env.OTEL_SERVICE_NAME,
+    }),
   });
 }

@@ -2,6 +2,8 @@ import { buildApp } from './api/app.js';
 import { allScopes, mintToken } from './api/tokens.js';
 import { ConfigError, parseConfig } from './config.js';
 import { createLogger } from './infra/logger.js';
+import { startMetricsServer, type MetricsServer } from './observability/metrics-server.js';
+import { startConfiguredTracing } from './observability/tracing.js';
 import { startRuntime } from './runtime.js';
 
 /** The organization of the development token printed in embedded mode. */
@@ -18,6 +20,8 @@ async function main(): Promise<void> {
     }
     throw error;
   }
+  // Before anything else: the request spans need the provider's context manager in place.
+  const tracing = startConfiguredTracing(config.tracing);
   const logger = createLogger(config.logLevel);
   const runtime = await startRuntime(config, logger);
   const app = await buildApp({
@@ -25,7 +29,9 @@ async function main(): Promise<void> {
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     rateLimitPerMinute: config.rateLimitPerMinute,
+    serveMetrics: config.metrics.port === undefined,
   });
+  let metricsServer: MetricsServer | undefined;
 
   let stopping = false;
   const shutdown = async (signal: string) => {
@@ -38,7 +44,9 @@ async function main(): Promise<void> {
     }, 15_000).unref();
     try {
       await app.close(); // stops accepting, finishes in-flight requests
+      await metricsServer?.close();
       await runtime.close();
+      await tracing?.shutdown(); // exports the spans still buffered
       clearTimeout(forced);
       logger.info('stopped');
     } catch (error) {
@@ -61,6 +69,16 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   logger.info({ address }, 'listening');
+  if (config.metrics.port !== undefined) {
+    try {
+      metricsServer = await startMetricsServer(runtime.services.metrics, { port: config.metrics.port, host: config.metrics.host }, logger);
+    } catch (error) {
+      process.stderr.write(`metrics could not listen on ${config.metrics.host}:${config.metrics.port}: ${(error as Error).message}\n`);
+      await shutdown('metrics listener failed');
+      process.exit(1);
+    }
+    logger.info({ address: metricsServer.url }, 'metrics listening');
+  }
 
   if (!config.databaseUrl && runtime.auth.kind === 'secret' && !config.auth.jwtSecret) {
     const token = await mintToken(runtime.auth.secret, {

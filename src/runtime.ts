@@ -8,11 +8,13 @@ import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from './audit/history.js';
 import type { Config } from './config.js';
+import { InstrumentedEventStore } from './eventstore/instrumented.js';
 import type { EventStore } from './eventstore/port.js';
 import { createClock } from './infra/clock.js';
 import { readOrCreateDevelopmentSecret } from './infra/embedded-postgres.js';
 import type { Pool } from './infra/postgres.js';
-import { ProjectionProgress } from './projections/progress.js';
+import { Metrics, projectionLagProbeLimit } from './observability/metrics.js';
+import { measureProjectionLag, ProjectionProgress } from './projections/progress.js';
 import { ProjectionRunner } from './projections/runner.js';
 import { checkReadiness } from './readiness.js';
 import { getSolution, listSolutions } from './read/solutions.js';
@@ -56,12 +58,19 @@ async function resolveAuth(config: Config): Promise<AuthSettings> {
 /** Everything the service runs on, wired together: database, event store, projector, handlers. */
 export async function startRuntime(config: Config, logger: Logger, options: RuntimeOptions = {}): Promise<Runtime> {
   const stores = await openStores(config, logger, { poolSize: 20, listen: true });
-  const { databaseUrl, pool, listener, store } = stores;
+  const { databaseUrl, pool, listener } = stores;
   try {
     const auth = await resolveAuth(config);
+    const metrics = new Metrics();
+    // Every event store call the service makes is timed and traced, whichever adapter serves it.
+    const store = new InstrumentedEventStore(stores.store, metrics.eventStoreCallDuration);
+    const onConflict = (retrying: boolean) => {
+      metrics.commandConflicts.inc();
+      if (retrying) metrics.commandRetries.inc();
+    };
     const progress = new ProjectionProgress(pool, listener, logger);
     await progress.refresh();
-    const cascade = new CascadeWorker(store, pool, logger);
+    const cascade = new CascadeWorker(store, pool, logger, onConflict);
     const projector = new ProjectionRunner({
       connectionString: databaseUrl,
       store,
@@ -69,6 +78,10 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       logger: logger.child({ component: 'projector' }),
       batchSize: options.projectorBatchSize,
       onCascadesPending: () => cascade.drainAll(),
+      onBatchApplied: (events, seconds) => {
+        metrics.projectorBatchEvents.observe(events);
+        metrics.projectorBatchDuration.observe(seconds);
+      },
     });
     if (options.runProjector ?? true) projector.start();
 
@@ -84,6 +97,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       },
       projectionWaitMs: config.projectionWaitMs,
       logger,
+      onConflict,
     });
 
     const queries: Queries = {
@@ -97,6 +111,11 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     };
 
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });
+    metrics.watch({
+      readiness,
+      projectionLag: () => measureProjectionLag(store, progress, projectionLagProbeLimit),
+      cascadeBacklog: () => cascade.pendingCount(),
+    });
 
     return {
       services: {
@@ -109,6 +128,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
         commands,
         queries,
         readiness,
+        metrics,
       },
       auth,
       databaseUrl,

@@ -5,6 +5,8 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import type { Logger } from 'pino';
 import type { z } from 'zod';
 import { ServiceError, type ErrorDetail } from '../errors.js';
+import { observeHttp } from '../observability/http.js';
+import type { Metrics } from '../observability/metrics.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
@@ -24,6 +26,7 @@ export type AppServices = {
   commands: CommandHandlers;
   queries: Queries;
   readiness: () => Promise<Readiness>;
+  metrics: Metrics;
 };
 
 export type AppOptions = {
@@ -31,6 +34,8 @@ export type AppOptions = {
   logger: Logger;
   bodyLimitBytes: number;
   rateLimitPerMinute: number;
+  /** Whether this app answers GET /metrics (false when METRICS_PORT gives it a listener of its own). */
+  serveMetrics: boolean;
 };
 
 declare module 'fastify' {
@@ -100,6 +105,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientErrorHandler: answerClientError,
   });
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
+  observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics });
 
   app.removeContentTypeParser(['text/plain', 'application/json']);
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, raw, done) => {

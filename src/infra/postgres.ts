@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { inChildSpan } from '../observability/tracing.js';
 
 // Bigints arrive as strings; positions and counts are converted where they are read, never as floats.
 export type Pool = pg.Pool;
@@ -19,8 +20,38 @@ export const connectionSettings = {
   options: '-c idle_in_transaction_session_timeout=60000 -c tcp_keepalives_idle=30 -c tcp_keepalives_interval=10 -c tcp_keepalives_count=3',
 };
 
+type Query = (...args: unknown[]) => unknown;
+
+/**
+ * A query in a child span of the request's span, made at this boundary rather than by
+ * @opentelemetry/instrumentation-pg. Tried here: that package patches `pg` only if it is registered
+ * before `pg` is first loaded (a side-effect import ahead of every other, reading the environment
+ * before src/config.ts does), it saw nothing under the import-in-the-middle ESM loader, and a test
+ * process that has loaded `pg` already could not check it; this works whenever tracing starts.
+ * Only the promise form is traced: the service uses nothing else, and the pool's own `query` calls
+ * its client's with a callback, so that query is traced once, at the pool, in the caller's context.
+ */
+function traced(query: Query): Query {
+  return function (this: unknown, ...args: unknown[]) {
+    const first = args[0] as { text?: unknown; submit?: unknown } | string;
+    if (typeof args.at(-1) === 'function' || (typeof first === 'object' && typeof first.submit === 'function'))
+      return query.apply(this, args);
+    const text = typeof first === 'string' ? first : String(first.text);
+    return inChildSpan(
+      'pg query',
+      { 'db.system.name': 'postgresql', 'db.query.text': text },
+      () => query.apply(this, args) as Promise<unknown>,
+    );
+  };
+}
+
+class TracedClient extends pg.Client {}
+TracedClient.prototype.query = traced(pg.Client.prototype.query as Query) as typeof pg.Client.prototype.query;
+class TracedPool extends pg.Pool {}
+TracedPool.prototype.query = traced(pg.Pool.prototype.query as Query) as typeof pg.Pool.prototype.query;
+
 export function createPool(connectionString: string, logger: Logger, max = 10): pg.Pool {
-  const pool = new pg.Pool({ connectionString, max, idleTimeoutMillis: 30_000, ...connectionSettings });
+  const pool = new TracedPool({ connectionString, max, idleTimeoutMillis: 30_000, Client: TracedClient, ...connectionSettings });
   // An idle client losing its connection must not crash the process; the next query reconnects.
   pool.on('error', (error) => logger.warn({ err: error.message }, 'idle PostgreSQL connection lost'));
   return pool;

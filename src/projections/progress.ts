@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import { comparePositions, startOfLog, type GlobalPosition } from '../eventstore/port.js';
+import { readPage } from '../eventstore/event-log.js';
+import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { PgListener, Pool } from '../infra/postgres.js';
 import { readCheckpoint } from './tables.js';
 
@@ -101,4 +102,19 @@ export class ProjectionProgress {
     };
     this.pollTimer = setTimeout(poll, this.pollIntervalMs);
   }
+}
+
+/**
+ * How far the projection trails the log, as this instance sees it: the events after its
+ * checkpoint (at most `limit` are read) and the age of the oldest of them (0 when there are none).
+ */
+export async function measureProjectionLag(
+  store: EventStore,
+  progress: ProjectionProgress,
+  limit: number,
+): Promise<{ events: number; seconds: number }> {
+  await progress.refresh();
+  const { events } = await readPage(store, progress.current, limit);
+  const oldest = events[0]?.event.metadata.occurred_at;
+  return { events: events.length, seconds: oldest ? Math.max(0, (Date.now() - Date.parse(oldest)) / 1000) : 0 };
 }

@@ -35,6 +35,8 @@ export type ProjectionRunnerOptions = {
   maxIdlePollMs?: number;
   /** Called on becoming active and after a batch that left workspace deletions to cascade. */
   onCascadesPending?: () => void;
+  /** Told of each batch applied: its events, and the time its transaction took (metrics). */
+  onBatchApplied?: (events: number, seconds: number) => void;
   /** Called inside the batch's transaction, before its commit; tests crash the projector here. */
   beforeCommit?: () => Promise<void>;
 };
@@ -117,12 +119,14 @@ export class ProjectionRunner {
         continue;
       }
       idlePollMs = minIdlePollMs;
+      const started = performance.now();
       const changes = await this.applyInTransaction(
         client,
         checkpoint,
         last,
         events.map((logged) => logged.event),
       );
+      this.options.onBatchApplied?.(events.length, (performance.now() - started) / 1000);
       checkpoint = last;
       this.failures = 0; // back-off grows while batches keep failing, and only then
       progress.advance(checkpoint);

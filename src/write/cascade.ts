@@ -5,7 +5,7 @@ import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
 import type { CommandContext } from '../domain/command.js';
 import { solutionDecider } from '../domain/deciders.js';
-import { execute } from './execute.js';
+import { execute, type ConflictObserver } from './execute.js';
 
 const parallelAppends = 8;
 const maxRetryDelayMs = 30_000;
@@ -29,6 +29,8 @@ export class CascadeWorker {
     private readonly store: EventStore,
     private readonly pool: Pool,
     private readonly logger: Logger,
+    /** Told of each version conflict a cascade deletion runs into (metrics). */
+    private readonly onConflict?: ConflictObserver,
   ) {}
 
   async drainWorkspace(workspaceId: string): Promise<void> {
@@ -39,6 +41,12 @@ export class CascadeWorker {
       workspaceId,
       rows.map((row) => row.solution_id),
     );
+  }
+
+  /** How many solutions are waiting for their own SolutionDeleted (the backlog the worker drains). */
+  async pendingCount(): Promise<number> {
+    const { rows } = await this.pool.query<{ pending: number }>('SELECT count(*)::int AS pending FROM cascade_pending');
+    return rows[0]!.pending;
   }
 
   /** Drains everything pending, in the background; overlapping calls coalesce into one more pass. */
@@ -110,10 +118,17 @@ export class CascadeWorker {
   }
 
   private async cascadeSolution(solutionId: string, context: CommandContext): Promise<void> {
-    await execute(this.store, solutionStream(solutionId), solutionDecider, { requestId: context.requestId }, () => ({
-      type: 'CascadeDeleteSolution' as const,
-      id: solutionId,
-      context,
-    }));
+    await execute(
+      this.store,
+      solutionStream(solutionId),
+      solutionDecider,
+      { requestId: context.requestId },
+      () => ({
+        type: 'CascadeDeleteSolution' as const,
+        id: solutionId,
+        context,
+      }),
+      this.onConflict,
+    );
   }
 }

@@ -17,6 +17,9 @@ export type CommandRequest = { requestId: string; commandId?: string | undefined
 
 const maxAttempts = 30;
 
+/** Told of each version conflict, and whether the command tries again (metrics). */
+export type ConflictObserver = (retrying: boolean) => void;
+
 export async function loadState<State, Event extends DomainEvent>(
   store: EventStore,
   streamName: string,
@@ -56,6 +59,7 @@ export async function execute<Command, State, Event extends DomainEvent>(
   decider: Decider<Command, State, Event>,
   request: CommandRequest,
   commandFor: (state: State) => Command | Promise<Command>,
+  onConflict?: ConflictObserver,
 ): Promise<Outcome<State>> {
   for (let attempt = 1; attempt <= maxAttempts; attempt++) {
     const logged = await readRecord(store, streamName);
@@ -80,6 +84,7 @@ export async function execute<Command, State, Event extends DomainEvent>(
       return { state: events.reduce(decider.evolve, state), position };
     } catch (error) {
       if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
+      onConflict?.(attempt < maxAttempts);
       await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
     }
   }

@@ -7,7 +7,7 @@ import type { CommandContext } from '../domain/command.js';
 import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
 import { CreationOrder } from './creation-order.js';
 import type { DomainEvent } from '../domain/events.js';
-import { execute, loadState, type Decider, type Outcome } from './execute.js';
+import { execute, loadState, type ConflictObserver, type Decider, type Outcome } from './execute.js';
 import type { JsonObject } from '../domain/merge-patch.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
@@ -36,6 +36,8 @@ export type CommandHandlerDeps = {
   /** All a command may wait, in total, after its events are stored (PROJECTION_WAIT_MS). */
   projectionWaitMs: number;
   logger: Logger;
+  /** Told of each version conflict a command runs into (metrics). */
+  onConflict?: ConflictObserver;
 };
 
 export type CreateWorkspaceParams = {
@@ -106,19 +108,33 @@ export class CommandHandlers {
   }
 
   async updateWorkspace(params: UpdateWorkspaceParams, caller: Caller): Promise<Workspace> {
-    const outcome = await execute(this.deps.store, workspaceStream(params.id), workspaceDecider, caller, (state) => {
-      if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
-      return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
-    });
+    const outcome = await execute(
+      this.deps.store,
+      workspaceStream(params.id),
+      workspaceDecider,
+      caller,
+      (state) => {
+        if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
+        return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
+      },
+      this.deps.onConflict,
+    );
     await this.awaitProjection(outcome.position);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
   }
 
   async deleteWorkspace(id: string, caller: Caller): Promise<{ id: string }> {
-    const outcome = await execute(this.deps.store, workspaceStream(id), workspaceDecider, caller, (state) => {
-      if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
-      return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
-    });
+    const outcome = await execute(
+      this.deps.store,
+      workspaceStream(id),
+      workspaceDecider,
+      caller,
+      (state) => {
+        if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
+        return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
+      },
+      this.deps.onConflict,
+    );
     await this.awaitProjection(outcome.position);
     // The solutions are already hidden; their own deletion events are written before answering,
     // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
@@ -148,10 +164,17 @@ export class CommandHandlers {
   }
 
   async updateSolution(params: UpdateSolutionParams, caller: Caller): Promise<Solution> {
-    const outcome = await execute(this.deps.store, solutionStream(params.id), solutionDecider, caller, async (state) => {
-      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
-      return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
-    });
+    const outcome = await execute(
+      this.deps.store,
+      solutionStream(params.id),
+      solutionDecider,
+      caller,
+      async (state) => {
+        if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+        return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
+      },
+      this.deps.onConflict,
+    );
     await this.awaitProjection(outcome.position);
     const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
     await this.ensureParentSurvived(solution.workspace_id, 'solution');
@@ -159,10 +182,17 @@ export class CommandHandlers {
   }
 
   async deleteSolution(id: string, caller: Caller): Promise<{ id: string }> {
-    const outcome = await execute(this.deps.store, solutionStream(id), solutionDecider, caller, async (state) => {
-      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
-      return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
-    });
+    const outcome = await execute(
+      this.deps.store,
+      solutionStream(id),
+      solutionDecider,
+      caller,
+      async (state) => {
+        if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+        return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
+      },
+      this.deps.onConflict,
+    );
     await this.awaitProjection(outcome.position);
     return { id };
   }
@@ -204,7 +234,7 @@ export class CommandHandlers {
     command: (context: CommandContext) => Command,
   ): Promise<Outcome<State>> {
     const context = this.context(caller);
-    const appending = execute(this.deps.store, streamName, decider, caller, () => command(context));
+    const appending = execute(this.deps.store, streamName, decider, caller, () => command(context), this.deps.onConflict);
     const untrack = this.creationOrder.track(
       context.now,
       appending.then((outcome) => outcome.position),

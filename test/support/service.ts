@@ -1,6 +1,6 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { buildApp } from '../../src/api/app.js';
 import { mintToken } from '../../src/api/tokens.js';
 import { parseConfig } from '../../src/config.js';
@@ -26,6 +26,8 @@ export type TestServiceOptions = RuntimeOptions & {
   /** The EventStoreDB to use instead of the mode's own for `databaseUrl` (for example through a proxy). */
   eventStoreUrl?: string;
   env?: Record<string, string>;
+  /** The service's logger (default: pino at TEST_LOG_LEVEL, silent unless set). */
+  logger?: Logger;
 };
 
 /** The real service on a real HTTP port and a fresh database (or a given one, for a second instance). */
@@ -40,13 +42,14 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     ...(eventStoreUrl ? { EVENTSTORE_URL: eventStoreUrl } : {}),
     ...options.env,
   });
-  const logger = pino({ level: config.logLevel });
+  const logger = options.logger ?? pino({ level: config.logLevel });
   const runtime = await startRuntime(config, logger, options);
   const app = await buildApp({
     services: runtime.services,
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     rateLimitPerMinute: config.rateLimitPerMinute,
+    serveMetrics: config.metrics.port === undefined,
   });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as AddressInfo;

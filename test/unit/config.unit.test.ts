@@ -35,6 +35,8 @@ describe('parseConfig', () => {
       bodyLimitBytes: 1024 * 1024,
       rateLimitPerMinute: 0,
       logLevel: 'info',
+      metrics: { port: undefined, host: '127.0.0.1' },
+      tracing: { tracesUrl: undefined, serviceName: 'workspace-solution-api' },
     });
   });
 
@@ -53,6 +55,11 @@ describe('parseConfig', () => {
       BODY_LIMIT_BYTES: '',
       RATE_LIMIT_PER_MINUTE: '',
       LOG_LEVEL: '',
+      METRICS_PORT: '',
+      METRICS_HOST: '',
+      OTEL_EXPORTER_OTLP_ENDPOINT: '',
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: '',
+      OTEL_SERVICE_NAME: '',
     };
     expect(parseConfig(empty)).toEqual(parseConfig({}));
   });
@@ -71,6 +78,10 @@ describe('parseConfig', () => {
       BODY_LIMIT_BYTES: '2048',
       RATE_LIMIT_PER_MINUTE: '120',
       LOG_LEVEL: 'debug',
+      METRICS_PORT: '9464',
+      METRICS_HOST: '10.0.0.5',
+      OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://collector:4318/custom/traces',
+      OTEL_SERVICE_NAME: 'wsapi-eu',
     });
     expect(config).toEqual({
       purpose: 'serve',
@@ -84,7 +95,25 @@ describe('parseConfig', () => {
       bodyLimitBytes: 2048,
       rateLimitPerMinute: 120,
       logLevel: 'debug',
+      metrics: { port: 9464, host: '10.0.0.5' },
+      tracing: { tracesUrl: 'http://collector:4318/custom/traces', serviceName: 'wsapi-eu' },
     });
+  });
+
+  it('serves metrics on the API port unless METRICS_PORT is set, on HOST unless METRICS_HOST is', () => {
+    expect(parseConfig({ HOST: '0.0.0.0' }).metrics).toEqual({ port: undefined, host: '0.0.0.0' });
+    expect(parseConfig({ HOST: '0.0.0.0', METRICS_PORT: '9464' }).metrics).toEqual({ port: 9464, host: '0.0.0.0' });
+  });
+
+  it('traces only with an OTLP endpoint: the base endpoint gets /v1/traces, the traces endpoint is used as given', () => {
+    expect(parseConfig({}).tracing.tracesUrl).toBeUndefined();
+    expect(parseConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/' }).tracing.tracesUrl).toBe(
+      'http://collector:4318/v1/traces',
+    );
+    expect(
+      parseConfig({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'https://traces.example/in' })
+        .tracing.tracesUrl,
+    ).toBe('https://traces.example/in');
   });
 
   it('accepts postgres:// and esdb:// and an https JWKS URL', () => {
@@ -153,6 +182,10 @@ describe('parseConfig', () => {
     ['BODY_LIMIT_BYTES', String(64 * 1024 * 1024 + 1)],
     ['RATE_LIMIT_PER_MINUTE', 'lots'],
     ['LOG_LEVEL', 'verbose'],
+    ['METRICS_PORT', '0'],
+    ['METRICS_PORT', '65536'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'grpc://collector:4317'],
+    ['OTEL_EXPORTER_OTLP_TRACES_ENDPOINT', 'collector:4318'],
   ])('rejects %s=%j', (key, value) => {
     expect(configError({ [key]: value })).toContain(`  ${key}: `);
   });

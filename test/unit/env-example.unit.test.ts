@@ -21,3 +21,13 @@ describe('.env.example', () => {
     expect(parseConfig({ ...example, AUTH_JWT_SECRET: 'x'.repeat(32) })).toEqual(parseConfig({ AUTH_JWT_SECRET: 'x'.repeat(32) }));
   });
 });
+
+describe("the README's configuration table", () => {
+  it('names every variable the service reads, and nothing else', () => {
+    const readme = readFileSync(path.join(root, 'README.md'), 'utf8');
+    const section = readme.slice(readme.indexOf('## Configuration'), readme.indexOf('\n## ', readme.indexOf('## Configuration') + 1));
+    const rows = section.split('\n').filter((line) => line.startsWith('| `'));
+    const named = rows.flatMap((row) => [...row.split('|')[1]!.matchAll(/`([A-Z_]+)`/g)].map((match) => match[1]!));
+    expect(named.sort()).toEqual([...configurationVariables].sort());
+  });
+});

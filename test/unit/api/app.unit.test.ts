@@ -10,6 +10,7 @@ import { workspaceDecider } from '../../../src/domain/deciders.js';
 import { InMemoryEventStore } from '../../../src/eventstore/in-memory.js';
 import { workspaceStream } from '../../../src/eventstore/stream-names.js';
 import { createClock } from '../../../src/infra/clock.js';
+import { Metrics } from '../../../src/observability/metrics.js';
 import { CascadeWorker } from '../../../src/write/cascade.js';
 import { loadState } from '../../../src/write/execute.js';
 import { CommandHandlers } from '../../../src/write/handlers.js';
@@ -51,10 +52,12 @@ describe('the app on the in-memory event store', () => {
         commands,
         queries: { getWorkspace } as Queries,
         readiness: async () => ({ ready: true, checks: {} }),
+        metrics: new Metrics(),
       },
       logger,
       bodyLimitBytes: 4096,
       rateLimitPerMinute: 0,
+      serveMetrics: true,
     });
     token = await mintToken(secret, { subject: 'unit-user', organizations: ['org_unit'] });
   });

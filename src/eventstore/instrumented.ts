@@ -1,0 +1,62 @@
+import type { Histogram } from 'prom-client';
+import { inChildSpan } from '../observability/tracing.js';
+import {
+  StreamVersionConflict,
+  type AppendResult,
+  type EventStore,
+  type GlobalPosition,
+  type NewEvent,
+  type RecordedEvent,
+} from './port.js';
+
+type CallName = 'append' | 'read_stream' | 'read_all' | 'ping';
+
+/**
+ * The event store port with each call timed (by call and outcome) and traced as a child span of
+ * the request it serves. Applied once where the service is composed, so both adapters get it.
+ * `waitForEvents` is a wait, not a call: it is neither timed nor traced.
+ */
+export class InstrumentedEventStore implements EventStore {
+  constructor(
+    private readonly store: EventStore,
+    private readonly duration: Histogram<'call' | 'outcome'>,
+  ) {}
+
+  append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
+    return this.observe('append', { 'wsapi.stream': streamName, 'wsapi.event_count': events.length }, () =>
+      this.store.append(streamName, expectedVersion, events),
+    );
+  }
+
+  readStream(streamName: string): Promise<RecordedEvent[]> {
+    return this.observe('read_stream', { 'wsapi.stream': streamName }, () => this.store.readStream(streamName));
+  }
+
+  readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
+    return this.observe('read_all', { 'wsapi.limit': limit }, () => this.store.readAll(after, limit));
+  }
+
+  waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {
+    return this.store.waitForEvents(after, timeoutMs, signal);
+  }
+
+  ping(): Promise<void> {
+    return this.observe('ping', {}, () => this.store.ping());
+  }
+
+  close(): Promise<void> {
+    return this.store.close();
+  }
+
+  private async observe<T>(call: CallName, attributes: Record<string, string | number>, work: () => Promise<T>): Promise<T> {
+    const stop = this.duration.startTimer({ call });
+    try {
+      const result = await inChildSpan(`event_store ${call}`, attributes, work);
+      stop({ outcome: 'ok' });
+      return result;
+    } catch (error) {
+      stop({ outcome: error instanceof StreamVersionConflict ? 'conflict' : 'error' });
+      throw error;
+    }
+  }
+}

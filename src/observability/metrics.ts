@@ -1,0 +1,155 @@
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Readiness } from '../api/app.js';
+
+/** Every metric name starts with this, the process metrics included. */
+export const metricPrefix = 'wsapi_';
+
+/** Request and store call latencies, 1 ms to 10 s. */
+const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/** The projection lag is counted by reading at most this many unprojected events per scrape. */
+export const projectionLagProbeLimit = 1000;
+
+/** What the metrics read at each scrape: state that is cheaper to ask for than to track. */
+export type ScrapeSources = {
+  readiness: () => Promise<Readiness>;
+  /** Events written but not yet projected (up to a cap), and the age of the oldest of them. */
+  projectionLag: () => Promise<{ events: number; seconds: number }>;
+  /** Solutions hidden with their deleted workspace still waiting for their own SolutionDeleted. */
+  cascadeBacklog: () => Promise<number>;
+};
+
+/**
+ * The service's Prometheus metrics, on a registry of its own: several instances in one process
+ * (the tests) each count their own. Components are handed the instruments they record into; the
+ * gauges of state (readiness, projection lag, the cascade backlog) ask `ScrapeSources` at scrape time.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly requests = new Counter({
+    name: `${metricPrefix}http_requests_total`,
+    help: 'HTTP requests answered, by API operation (or route) and status code',
+    labelNames: ['operation', 'status'] as const,
+    registers: [this.registry],
+  });
+
+  readonly requestDuration = new Histogram({
+    name: `${metricPrefix}http_request_duration_seconds`,
+    help: 'Time from a request arriving to its answer being sent, by API operation (or route) and status code',
+    labelNames: ['operation', 'status'] as const,
+    buckets: latencyBuckets,
+    registers: [this.registry],
+  });
+
+  readonly idempotencyReplays = new Counter({
+    name: `${metricPrefix}idempotency_replays_total`,
+    help: 'Keyed commands answered with the kept answer of an earlier request (idempotent-replayed: true)',
+    labelNames: ['operation'] as const,
+    registers: [this.registry],
+  });
+
+  readonly commandConflicts = new Counter({
+    name: `${metricPrefix}command_conflicts_total`,
+    help: 'Command appends refused because another write changed the record first (wrong expected version)',
+    registers: [this.registry],
+  });
+
+  readonly commandRetries = new Counter({
+    name: `${metricPrefix}command_retries_total`,
+    help: 'Command attempts repeated after a conflict (a conflict on the last allowed attempt answers 503 instead)',
+    registers: [this.registry],
+  });
+
+  readonly eventStoreCallDuration = new Histogram({
+    name: `${metricPrefix}event_store_call_duration_seconds`,
+    help: 'Event store calls, by call (append, read_stream, read_all, ping) and outcome (ok, conflict, error)',
+    labelNames: ['call', 'outcome'] as const,
+    buckets: latencyBuckets,
+    registers: [this.registry],
+  });
+
+  readonly projectorBatchEvents = new Histogram({
+    name: `${metricPrefix}projector_batch_events`,
+    help: 'Events in each batch the active projector applied',
+    buckets: [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000],
+    registers: [this.registry],
+  });
+
+  readonly projectorBatchDuration = new Histogram({
+    name: `${metricPrefix}projector_batch_duration_seconds`,
+    help: 'Time to apply one batch to the read tables with its checkpoint, in one transaction',
+    buckets: latencyBuckets,
+    registers: [this.registry],
+  });
+
+  private sources: ScrapeSources | undefined;
+
+  constructor() {
+    collectDefaultMetrics({ register: this.registry, prefix: metricPrefix });
+    const sources = () => this.sources;
+
+    new Gauge({
+      name: `${metricPrefix}ready`,
+      help: '1 when /readyz would answer 200, else 0; the check label names each part (event_store, read_database, projection)',
+      labelNames: ['check'] as const,
+      registers: [this.registry],
+      async collect() {
+        const source = sources();
+        if (!source) return;
+        // A readiness check that fails outright is a plain "not ready"; the scrape itself must answer.
+        const readiness = await source.readiness().catch(() => ({ ready: false, checks: {} }));
+        this.reset();
+        this.set({ check: 'all' }, readiness.ready ? 1 : 0);
+        for (const [check, value] of Object.entries(readiness.checks)) {
+          this.set({ check }, value === 'ok' || value === 'caught_up' ? 1 : 0);
+        }
+      },
+    });
+
+    // One probe serves both lag gauges: the second reads what the first fetched in the same scrape.
+    // A probe that fails reports NaN (unknown) rather than failing the whole scrape.
+    let lag: Promise<{ events: number; seconds: number }> | undefined;
+    const probeLag = () =>
+      (lag ??= (sources()?.projectionLag() ?? Promise.resolve({ events: 0, seconds: 0 })).finally(() => (lag = undefined)));
+    new Gauge({
+      name: `${metricPrefix}projection_lag_events`,
+      help: `Events in the log this instance has not seen projected yet (counted up to ${projectionLagProbeLimit}); NaN when the stores cannot be read`,
+      registers: [this.registry],
+      async collect() {
+        this.set((await probeLag().catch(() => undefined))?.events ?? NaN);
+      },
+    });
+    new Gauge({
+      name: `${metricPrefix}projection_lag_seconds`,
+      help: 'Age of the oldest event not yet projected (0 when caught up); NaN when the stores cannot be read',
+      registers: [this.registry],
+      async collect() {
+        this.set((await probeLag().catch(() => undefined))?.seconds ?? NaN);
+      },
+    });
+    new Gauge({
+      name: `${metricPrefix}cascade_pending_solutions`,
+      help: 'Solutions of deleted workspaces still waiting for their own SolutionDeleted event; NaN when the database cannot be read',
+      registers: [this.registry],
+      async collect() {
+        const source = sources();
+        if (source) this.set(await source.cascadeBacklog().catch(() => NaN));
+      },
+    });
+  }
+
+  /** Connects the state gauges to what they read; until then they report nothing. */
+  watch(sources: ScrapeSources): void {
+    this.sources = sources;
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  /** The Prometheus text exposition of every metric. */
+  scrape(): Promise<string> {
+    return this.registry.metrics();
+  }
+}
