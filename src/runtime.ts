@@ -21,6 +21,7 @@ import { getSolution, listSolutions } from './read/solutions.js';
 import { getWorkspace, listWorkspaces } from './read/workspaces.js';
 import { openStores } from './stores.js';
 import { CascadeWorker } from './write/cascade.js';
+import type { CommandObserver } from './write/execute.js';
 import { CommandHandlers } from './write/handlers.js';
 
 /** Generated ids: nanoid's alphabet and length (21), as contract §4 says. */
@@ -64,13 +65,16 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     const metrics = new Metrics();
     // Every event store call the service makes is timed and traced, whichever adapter serves it.
     const store = new InstrumentedEventStore(stores.store, metrics.eventStoreCallDuration);
-    const onConflict = (retrying: boolean) => {
-      metrics.commandConflicts.inc();
-      if (retrying) metrics.commandRetries.inc();
+    const observer: CommandObserver = {
+      onConflict: (retrying) => {
+        metrics.commandConflicts.inc();
+        if (retrying) metrics.commandRetries.inc();
+      },
+      onStep: (step, seconds) => metrics.commandSteps.observe({ step }, seconds),
     };
     const progress = new ProjectionProgress(pool, listener, logger);
     await progress.refresh();
-    const cascade = new CascadeWorker(store, pool, logger, onConflict);
+    const cascade = new CascadeWorker(store, pool, logger, observer);
     const projector = new ProjectionRunner({
       connectionString: databaseUrl,
       store,
@@ -97,7 +101,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       },
       projectionWaitMs: config.projectionWaitMs,
       logger,
-      onConflict,
+      observer,
     });
 
     const queries: Queries = {

@@ -12,7 +12,7 @@ import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
 import { errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
-import { inexactNumbersOf, parseJsonBody } from './json-body.js';
+import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
 import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
@@ -107,14 +107,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
   observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics });
 
-  app.removeContentTypeParser(['text/plain', 'application/json']);
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, raw, done) => {
-    try {
-      done(null, parseJsonBody(raw as Buffer));
-    } catch (error) {
-      done(error as Error, undefined);
-    }
-  });
+  acceptJsonBodies(app);
   // While closing, answers end their keep-alive connection: a connection that turns idle after the
   // server stopped accepting would otherwise hold the shutdown for the whole keep-alive timeout.
   let closing = false;

@@ -1,3 +1,4 @@
+import type { FastifyInstance } from 'fastify';
 import { ServiceError, type ErrorDetail } from '../errors.js';
 
 /**
@@ -114,3 +115,15 @@ function canonical(literal: string): { negative: boolean; digits: string; expone
 
 const sameDecimal = (a: ReturnType<typeof canonical>, b: ReturnType<typeof canonical>) =>
   a.digits === b.digits && (a.digits === '' || (a.negative === b.negative && a.exponent === b.exponent));
+
+/** Makes `parseJsonBody` the app's only body parser: JSON only, no text/plain. */
+export function acceptJsonBodies(app: FastifyInstance): void {
+  app.removeContentTypeParser(['text/plain', 'application/json']);
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, raw, done) => {
+    try {
+      done(null, parseJsonBody(raw as Buffer));
+    } catch (error) {
+      done(error as Error, undefined);
+    }
+  });
+}

@@ -61,6 +61,14 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly commandSteps = new Histogram({
+    name: `${metricPrefix}command_step_duration_seconds`,
+    help: 'Where a command spends its time, by step: read (its stream), decide, append, wait_earlier_creations (list order, creations only), wait_projection (read-your-writes)',
+    labelNames: ['step'] as const,
+    buckets: latencyBuckets,
+    registers: [this.registry],
+  });
+
   readonly eventStoreCallDuration = new Histogram({
     name: `${metricPrefix}event_store_call_duration_seconds`,
     help: 'Event store calls, by call (append, read_stream, read_all, ping) and outcome (ok, conflict, error)',

@@ -7,7 +7,7 @@ import { connectionSettings } from '../infra/postgres.js';
 import type { Envelope } from '../domain/events.js';
 import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
-import { advanceCheckpoint, loadRows, readCheckpoint, writeChanges } from './tables.js';
+import { loadRows, readCheckpoint, writeChanges } from './tables.js';
 
 /**
  * The active projector's sign of life (table `projector_leader`, src/infra/migrations): it renews
@@ -138,9 +138,8 @@ export class ProjectionRunner {
     await client.query('BEGIN');
     try {
       const changes = applyBatch(events, await loadRows(client, rowsNeeded(events)));
-      await writeChanges(client, changes);
-      if (!(await advanceCheckpoint(client, from, to))) throw new LostLeadership('the checkpoint was moved by another projector');
-      await client.query('SELECT pg_notify($1, $2)', [progressChannel, encodePosition(to)]);
+      const moved = await writeChanges(client, changes, { from, to, notify: { channel: progressChannel, payload: encodePosition(to) } });
+      if (!moved) throw new LostLeadership('the checkpoint was moved by another projector');
       await this.options.beforeCommit?.();
       await client.query('COMMIT');
       return changes;

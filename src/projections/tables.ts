@@ -51,66 +51,100 @@ const toBeRemoved = (key: Pick<SolutionRow, 'id' | 'organization_id' | 'workspac
   updated_at: '',
 });
 
-export async function writeChanges(db: Queryable, changes: BatchChanges): Promise<void> {
+/** Where a batch moves the projector's checkpoint, and whom it tells (NOTIFY, sent at commit). */
+export type CheckpointMove = { from: GlobalPosition; to: GlobalPosition; notify?: { channel: string; payload: string } };
+
+/**
+ * Writes a batch's changes in one statement (one round trip): each kind of change is a
+ * data-modifying CTE. With `move`, the checkpoint moves in the same statement and every write is
+ * conditional on it: when another projector moved it first, nothing is written and the answer is
+ * false. The CTEs share one snapshot and must not touch a row twice: a batch's deletions and
+ * upserts are disjoint by construction (applyBatch), and counts of workspaces deleted in the batch
+ * are deleted, not adjusted.
+ */
+export async function writeChanges(db: Queryable, changes: BatchChanges, move?: CheckpointMove): Promise<boolean> {
+  const parameters: unknown[] = [];
+  const parameter = (value: unknown) => `$${parameters.push(value)}`;
+  const json = (rows: unknown[]) => `${parameter(JSON.stringify(rows))}::jsonb`;
+  const steps: string[] = [];
+  const step = (sql: string) => steps.push(`w${steps.length} AS (${sql})`);
+  const moved = 'EXISTS (SELECT FROM moved)';
+
+  if (move) steps.push(`moved AS (${checkpointMove(parameter, move)} RETURNING 1)`);
+  else steps.push('moved AS (SELECT 1)');
   if (changes.deleteSolutions.length > 0) {
-    await db.query('DELETE FROM solutions WHERE id = ANY($1)', [changes.deleteSolutions]);
+    step(`DELETE FROM solutions WHERE id = ANY(${parameter(changes.deleteSolutions)}) AND ${moved}`);
   }
   if (changes.deleteWorkspaces.length > 0) {
-    await db.query('DELETE FROM workspaces WHERE id = ANY($1)', [changes.deleteWorkspaces]);
+    step(`DELETE FROM workspaces WHERE id = ANY(${parameter(changes.deleteWorkspaces)}) AND ${moved}`);
   }
   if (changes.upsertWorkspaces.length > 0) {
-    await db.query(
-      `INSERT INTO workspaces (id, organization_id, name, description, attributes, created_at, updated_at)
+    step(`INSERT INTO workspaces (id, organization_id, name, description, attributes, created_at, updated_at)
        SELECT id, organization_id, name, description, attributes, created_at, updated_at
-       FROM jsonb_to_recordset($1::jsonb) AS r(id text, organization_id text, name text, description text,
+       FROM jsonb_to_recordset(${json(changes.upsertWorkspaces)}) AS r(id text, organization_id text, name text, description text,
          attributes jsonb, created_at timestamptz, updated_at timestamptz)
+       WHERE ${moved}
        ON CONFLICT (id) DO UPDATE SET name = excluded.name, description = excluded.description,
-         attributes = excluded.attributes, updated_at = excluded.updated_at`,
-      [JSON.stringify(changes.upsertWorkspaces)],
-    );
+         attributes = excluded.attributes, updated_at = excluded.updated_at`);
   }
   if (changes.upsertSolutions.length > 0) {
-    await db.query(
-      `INSERT INTO solutions (id, organization_id, workspace_id, name, description, attributes, documentation, created_at, updated_at)
+    step(`INSERT INTO solutions (id, organization_id, workspace_id, name, description, attributes, documentation, created_at, updated_at)
        SELECT id, organization_id, workspace_id, name, description, attributes, documentation, created_at, updated_at
-       FROM jsonb_to_recordset($1::jsonb) AS r(id text, organization_id text, workspace_id text, name text,
+       FROM jsonb_to_recordset(${json(changes.upsertSolutions)}) AS r(id text, organization_id text, workspace_id text, name text,
          description text, attributes jsonb, documentation jsonb, created_at timestamptz, updated_at timestamptz)
+       WHERE ${moved}
        ON CONFLICT (id) DO UPDATE SET name = excluded.name, description = excluded.description,
-         attributes = excluded.attributes, documentation = excluded.documentation, updated_at = excluded.updated_at`,
-      [JSON.stringify(changes.upsertSolutions)],
-    );
+         attributes = excluded.attributes, documentation = excluded.documentation, updated_at = excluded.updated_at`);
   }
   if (changes.organizationDeltas.size > 0) {
     const deltas = [...changes.organizationDeltas].map(([organization_id, d]) => ({ organization_id, ...d }));
-    await db.query(
-      `INSERT INTO organization_counts AS c (organization_id, workspaces, solutions)
+    step(`INSERT INTO organization_counts AS c (organization_id, workspaces, solutions)
        SELECT organization_id, workspaces, solutions
-       FROM jsonb_to_recordset($1::jsonb) AS r(organization_id text, workspaces bigint, solutions bigint)
+       FROM jsonb_to_recordset(${json(deltas)}) AS r(organization_id text, workspaces bigint, solutions bigint)
+       WHERE ${moved}
        ON CONFLICT (organization_id) DO UPDATE
-       SET workspaces = c.workspaces + excluded.workspaces, solutions = c.solutions + excluded.solutions`,
-      [JSON.stringify(deltas)],
-    );
+       SET workspaces = c.workspaces + excluded.workspaces, solutions = c.solutions + excluded.solutions`);
   }
-  if (changes.workspaceSolutionDeltas.size > 0) {
-    const deltas = [...changes.workspaceSolutionDeltas].map(([workspace_id, solutions]) => ({ workspace_id, solutions }));
-    await db.query(
-      `INSERT INTO workspace_solution_counts AS c (workspace_id, solutions)
-       SELECT workspace_id, solutions FROM jsonb_to_recordset($1::jsonb) AS r(workspace_id text, solutions bigint)
-       ON CONFLICT (workspace_id) DO UPDATE SET solutions = c.solutions + excluded.solutions`,
-      [JSON.stringify(deltas)],
-    );
+  const deletedWorkspaces = new Set(changes.workspacesDeleted);
+  const solutionDeltas = [...changes.workspaceSolutionDeltas]
+    .filter(([workspace_id]) => !deletedWorkspaces.has(workspace_id))
+    .map(([workspace_id, solutions]) => ({ workspace_id, solutions }));
+  if (solutionDeltas.length > 0) {
+    step(`INSERT INTO workspace_solution_counts AS c (workspace_id, solutions)
+       SELECT workspace_id, solutions FROM jsonb_to_recordset(${json(solutionDeltas)}) AS r(workspace_id text, solutions bigint)
+       WHERE ${moved}
+       ON CONFLICT (workspace_id) DO UPDATE SET solutions = c.solutions + excluded.solutions`);
   }
   if (changes.workspacesDeleted.length > 0) {
-    await db.query('DELETE FROM workspace_solution_counts WHERE workspace_id = ANY($1)', [changes.workspacesDeleted]);
+    step(`DELETE FROM workspace_solution_counts WHERE workspace_id = ANY(${parameter(changes.workspacesDeleted)}) AND ${moved}`);
   }
   if (changes.pendingCascades.length > 0) {
-    await db.query(
-      `INSERT INTO cascade_pending (solution_id, workspace_id)
-       SELECT solution_id, workspace_id FROM jsonb_to_recordset($1::jsonb) AS r(solution_id text, workspace_id text)
-       ON CONFLICT DO NOTHING`,
-      [JSON.stringify(changes.pendingCascades)],
-    );
+    step(`INSERT INTO cascade_pending (solution_id, workspace_id)
+       SELECT solution_id, workspace_id FROM jsonb_to_recordset(${json(changes.pendingCascades)}) AS r(solution_id text, workspace_id text)
+       WHERE ${moved}
+       ON CONFLICT DO NOTHING`);
   }
+  if (!move && steps.length === 1) return true;
+  const answer = move?.notify
+    ? `SELECT pg_notify(${parameter(move.notify.channel)}, ${parameter(move.notify.payload)}) FROM moved`
+    : 'SELECT FROM moved';
+  const { rowCount } = await db.query(`WITH ${steps.join(',\n')} ${answer}`, parameters);
+  return rowCount === 1;
+}
+
+/**
+ * The checkpoint's move from `move.from` to `move.to`, matching only if it is still at `from`:
+ * another projector that moved it first makes the batch write nothing.
+ */
+function checkpointMove(parameter: (value: unknown) => string, move: Omit<CheckpointMove, 'notify'>, name = projectorName): string {
+  const [key, to, toPrepare] = [parameter(name), parameter(move.to.commit.toString()), parameter(move.to.prepare.toString())];
+  if (comparePositions(move.from, startOfLog) === 0) {
+    return `INSERT INTO projection_checkpoints (name, commit_position, prepare_position) VALUES (${key}, ${to}, ${toPrepare})
+       ON CONFLICT (name) DO UPDATE SET commit_position = excluded.commit_position, prepare_position = excluded.prepare_position
+       WHERE projection_checkpoints.commit_position = 0 AND projection_checkpoints.prepare_position = 0`;
+  }
+  return `UPDATE projection_checkpoints SET commit_position = ${to}, prepare_position = ${toPrepare}
+     WHERE name = ${key} AND commit_position = ${parameter(move.from.commit.toString())} AND prepare_position = ${parameter(move.from.prepare.toString())}`;
 }
 
 export async function readCheckpoint(db: Queryable, name = projectorName): Promise<GlobalPosition> {
@@ -127,19 +161,10 @@ export async function readCheckpoint(db: Queryable, name = projectorName): Promi
  * it), in which case the caller rolls back its batch rather than apply it twice.
  */
 export async function advanceCheckpoint(db: Queryable, from: GlobalPosition, to: GlobalPosition, name = projectorName): Promise<boolean> {
-  if (comparePositions(from, startOfLog) === 0) {
-    const inserted = await db.query(
-      `INSERT INTO projection_checkpoints (name, commit_position, prepare_position) VALUES ($1, $2, $3)
-       ON CONFLICT (name) DO UPDATE SET commit_position = excluded.commit_position, prepare_position = excluded.prepare_position
-       WHERE projection_checkpoints.commit_position = 0 AND projection_checkpoints.prepare_position = 0`,
-      [name, to.commit.toString(), to.prepare.toString()],
-    );
-    return inserted.rowCount === 1;
-  }
-  const updated = await db.query(
-    `UPDATE projection_checkpoints SET commit_position = $2, prepare_position = $3
-     WHERE name = $1 AND commit_position = $4 AND prepare_position = $5`,
-    [name, to.commit.toString(), to.prepare.toString(), from.commit.toString(), from.prepare.toString()],
+  const parameters: unknown[] = [];
+  const { rowCount } = await db.query(
+    checkpointMove((value) => `$${parameters.push(value)}`, { from, to }, name),
+    parameters,
   );
-  return updated.rowCount === 1;
+  return rowCount === 1;
 }

@@ -5,7 +5,7 @@ import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
 import type { CommandContext } from '../domain/command.js';
 import { solutionDecider } from '../domain/deciders.js';
-import { execute, type ConflictObserver } from './execute.js';
+import { execute, type CommandObserver } from './execute.js';
 
 const parallelAppends = 8;
 const maxRetryDelayMs = 30_000;
@@ -30,7 +30,7 @@ export class CascadeWorker {
     private readonly pool: Pool,
     private readonly logger: Logger,
     /** Told of each version conflict a cascade deletion runs into (metrics). */
-    private readonly onConflict?: ConflictObserver,
+    private readonly observer?: CommandObserver,
   ) {}
 
   async drainWorkspace(workspaceId: string): Promise<void> {
@@ -128,7 +128,7 @@ export class CascadeWorker {
         id: solutionId,
         context,
       }),
-      this.onConflict,
+      { observer: this.observer },
     );
   }
 }

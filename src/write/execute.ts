@@ -17,8 +17,35 @@ export type CommandRequest = { requestId: string; commandId?: string | undefined
 
 const maxAttempts = 30;
 
-/** Told of each version conflict, and whether the command tries again (metrics). */
-export type ConflictObserver = (retrying: boolean) => void;
+/** The steps of a command whose durations are observed (metrics; `npm run bench` shows where time goes). */
+export type CommandStep = 'read' | 'decide' | 'append' | 'wait_earlier_creations' | 'wait_projection';
+
+/** Told of each version conflict (and whether the command tries again) and of each step's duration. */
+export type CommandObserver = {
+  onConflict?: (retrying: boolean) => void;
+  onStep?: (step: CommandStep, seconds: number) => void;
+};
+
+/** Runs `work` and tells `observer` how long it took, whether it succeeded or not. */
+export async function timed<T>(observer: CommandObserver | undefined, step: CommandStep, work: () => Promise<T>): Promise<T> {
+  if (!observer?.onStep) return work();
+  const started = performance.now();
+  try {
+    return await work();
+  } finally {
+    observer.onStep(step, (performance.now() - started) / 1000);
+  }
+}
+
+export type ExecuteOptions = {
+  observer?: CommandObserver | undefined;
+  /**
+   * The stream is named by an id generated for this command, so it cannot exist yet: nothing to
+   * read. Were it ever taken, the append (expecting no stream) would conflict and the next attempt
+   * would read it.
+   */
+  newStream?: boolean;
+};
 
 export async function loadState<State, Event extends DomainEvent>(
   store: EventStore,
@@ -45,7 +72,7 @@ function executedAt(events: Envelope[], commandId: string | undefined): { first:
 }
 
 /**
- * Loads the stream, decides, and appends with the expected version; on a conflict it reloads and
+ * Loads the stream (unless `newStream`), decides, and appends with the expected version; on a conflict it reloads and
  * decides again, so concurrent commands on one record never lose each other's changes.
  * `commandFor` builds the command from the current state (access checks go there) on every attempt.
  *
@@ -59,10 +86,11 @@ export async function execute<Command, State, Event extends DomainEvent>(
   decider: Decider<Command, State, Event>,
   request: CommandRequest,
   commandFor: (state: State) => Command | Promise<Command>,
-  onConflict?: ConflictObserver,
+  options: ExecuteOptions = {},
 ): Promise<Outcome<State>> {
+  const { observer } = options;
   for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-    const logged = await readRecord(store, streamName);
+    const logged = attempt === 1 && options.newStream ? [] : await timed(observer, 'read', () => readRecord(store, streamName));
     const stored = logged.map((entry) => entry.event);
     const executed = executedAt(stored, request.commandId);
     if (executed) {
@@ -71,7 +99,10 @@ export async function execute<Command, State, Event extends DomainEvent>(
     }
     const state = fold(decider, stored);
     const version = BigInt(stored.length);
-    const events = decider.decide(await commandFor(state), state);
+    const command = await commandFor(state);
+    const decided = performance.now();
+    const events = decider.decide(command, state);
+    observer?.onStep?.('decide', (performance.now() - decided) / 1000);
     if (events.length === 0) return { state, position: undefined };
     const newEvents = events.map((event, index) => ({
       id: eventId(request.commandId ?? request.requestId, streamName, version, index, event),
@@ -80,11 +111,11 @@ export async function execute<Command, State, Event extends DomainEvent>(
       metadata: event.metadata,
     }));
     try {
-      const { position } = await store.append(streamName, version, newEvents);
+      const { position } = await timed(observer, 'append', () => store.append(streamName, version, newEvents));
       return { state: events.reduce(decider.evolve, state), position };
     } catch (error) {
       if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
-      onConflict?.(attempt < maxAttempts);
+      observer?.onConflict?.(attempt < maxAttempts);
       await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
     }
   }

@@ -7,7 +7,7 @@ import type { CommandContext } from '../domain/command.js';
 import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
 import { CreationOrder } from './creation-order.js';
 import type { DomainEvent } from '../domain/events.js';
-import { execute, loadState, type ConflictObserver, type Decider, type Outcome } from './execute.js';
+import { execute, loadState, timed, type CommandObserver, type Decider, type Outcome } from './execute.js';
 import type { JsonObject } from '../domain/merge-patch.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
@@ -36,8 +36,8 @@ export type CommandHandlerDeps = {
   /** All a command may wait, in total, after its events are stored (PROJECTION_WAIT_MS). */
   projectionWaitMs: number;
   logger: Logger;
-  /** Told of each version conflict a command runs into (metrics). */
-  onConflict?: ConflictObserver;
+  /** Told of each version conflict a command runs into and of each step's duration (metrics). */
+  observer?: CommandObserver;
 };
 
 export type CreateWorkspaceParams = {
@@ -117,7 +117,7 @@ export class CommandHandlers {
         if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
         return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
       },
-      this.deps.onConflict,
+      { observer: this.deps.observer },
     );
     await this.awaitProjection(outcome.position);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
@@ -133,7 +133,7 @@ export class CommandHandlers {
         if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
         return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
       },
-      this.deps.onConflict,
+      { observer: this.deps.observer },
     );
     await this.awaitProjection(outcome.position);
     // The solutions are already hidden; their own deletion events are written before answering,
@@ -173,7 +173,7 @@ export class CommandHandlers {
         if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
         return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
       },
-      this.deps.onConflict,
+      { observer: this.deps.observer },
     );
     await this.awaitProjection(outcome.position);
     const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
@@ -191,7 +191,7 @@ export class CommandHandlers {
         if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
         return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
       },
-      this.deps.onConflict,
+      { observer: this.deps.observer },
     );
     await this.awaitProjection(outcome.position);
     return { id };
@@ -234,7 +234,11 @@ export class CommandHandlers {
     command: (context: CommandContext) => Command,
   ): Promise<Outcome<State>> {
     const context = this.context(caller);
-    const appending = execute(this.deps.store, streamName, decider, caller, () => command(context), this.deps.onConflict);
+    // Without an Idempotency-Key the record's id is newly generated, and so is its stream.
+    const appending = execute(this.deps.store, streamName, decider, caller, () => command(context), {
+      observer: this.deps.observer,
+      newStream: caller.commandId === undefined,
+    });
     const untrack = this.creationOrder.track(
       context.now,
       appending.then((outcome) => outcome.position),
@@ -242,7 +246,9 @@ export class CommandHandlers {
     try {
       const outcome = await appending;
       const budget = new WaitBudget(this.deps.projectionWaitMs);
-      const earlier = await budget.spend((timeoutMs) => this.creationOrder.earlierAppended(context.now, timeoutMs));
+      const earlier = await timed(this.deps.observer, 'wait_earlier_creations', () =>
+        budget.spend((timeoutMs) => this.creationOrder.earlierAppended(context.now, timeoutMs)),
+      );
       await budget.spend((timeoutMs) => this.awaitProjection(latestPosition([outcome.position, earlier]), timeoutMs));
       return outcome;
     } finally {
@@ -255,7 +261,7 @@ export class CommandHandlers {
   }
 
   private async awaitProjection(position: GlobalPosition | undefined, timeoutMs = this.deps.projectionWaitMs): Promise<void> {
-    if (position) await this.deps.awaitProjection(position, timeoutMs);
+    if (position) await timed(this.deps.observer, 'wait_projection', () => this.deps.awaitProjection(position, timeoutMs));
   }
 
   private settled<State, Record>(state: State, record: (state: State) => Record | undefined): Record {

@@ -1,0 +1,286 @@
+/**
+ * The service against the plain-CRUD baseline (bench/crud-baseline.ts), side by side on one
+ * PostgreSQL: each in its own process and database, the same load from this process over 32
+ * keep-alive connections, the two alternating round by round so that the machine's noise falls on
+ * both alike. Prints per scenario both throughputs, both p50 and p99, and the ratio.
+ *
+ *   npm run bench -- [--seconds 5] [--rounds 3] [--connections 32]
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import http from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { pino } from 'pino';
+import { mintToken } from '../src/api/tokens.js';
+import { freePort, startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
+import { testSecret } from '../test/support/secret.js';
+import { startServiceProcess } from '../test/support/service-process.js';
+
+const { values } = parseArgs({
+  options: {
+    seconds: { type: 'string', default: '5' },
+    rounds: { type: 'string', default: '3' },
+    connections: { type: 'string', default: '32' },
+  },
+});
+const seconds = Number(values.seconds);
+const rounds = Number(values.rounds);
+const connections = Number(values.connections);
+const organization = 'org_bench';
+
+type Target = { name: 'service' | 'baseline'; url: string; token: string; ids: string[] };
+type Sample = { count: number; elapsedMs: number; latencies: number[]; failures: number };
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: connections });
+
+function post(target: Target, body: string): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const request = http.request(
+      `${target.url}/api`,
+      {
+        method: 'POST',
+        agent,
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${target.token}`, 'content-length': Buffer.byteLength(body) },
+      },
+      (response) => {
+        let text = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (text += chunk));
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, text }));
+      },
+    );
+    request.on('error', reject);
+    request.end(body);
+  });
+}
+
+type Scenario = { name: string; body: (target: Target, index: number) => string; keep?: (target: Target, text: string) => void };
+
+const pick = (ids: string[], index: number) => ids[(index * 7919) % ids.length]!;
+
+const scenarios: Scenario[] = [
+  {
+    name: 'create_workspace',
+    body: (_target, index) =>
+      JSON.stringify({
+        query: 'create_workspace',
+        params: { organization_id: organization, name: `Workspace ${index}`, attributes: { team: `t${index % 50}` } },
+      }),
+    keep: (target, text) => target.ids.push((JSON.parse(text) as { data: { id: string } }).data.id),
+  },
+  {
+    name: 'update_workspace',
+    body: (target, index) =>
+      JSON.stringify({
+        query: 'update_workspace',
+        params: { id: pick(target.ids, index), name: `Renamed ${index}`, attributes: { n: index } },
+      }),
+  },
+  { name: 'get_workspace', body: (target, index) => JSON.stringify({ query: 'get_workspace', params: { id: pick(target.ids, index) } }) },
+  { name: 'list_workspaces', body: () => JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 20 } }) },
+];
+
+/** `connections` loops, each sending its next request when the last is answered, for `ms`. */
+async function closedLoop(target: Target, scenario: Scenario, ms: number, counter: { next: number }): Promise<Sample> {
+  const latencies: number[] = [];
+  let failures = 0;
+  const started = performance.now();
+  const deadline = started + ms;
+  await Promise.all(
+    Array.from({ length: connections }, async () => {
+      while (performance.now() < deadline) {
+        const index = counter.next++;
+        const sent = performance.now();
+        const { status, text } = await post(target, scenario.body(target, index));
+        latencies.push(performance.now() - sent);
+        if (status !== 200) failures += 1;
+        else scenario.keep?.(target, text);
+      }
+    }),
+  );
+  return { count: latencies.length, elapsedMs: performance.now() - started, latencies, failures };
+}
+
+/** Requests at a fixed rate, whatever the answers do (latency at a given load, not at saturation). */
+async function openLoop(target: Target, scenario: Scenario, perSecond: number, ms: number, counter: { next: number }): Promise<Sample> {
+  const latencies: number[] = [];
+  let failures = 0;
+  const started = performance.now();
+  const total = Math.floor((perSecond * ms) / 1000);
+  const inFlight: Promise<void>[] = [];
+  for (let i = 0; i < total; i++) {
+    const due = started + (i * 1000) / perSecond;
+    const wait = due - performance.now();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    const index = counter.next++;
+    inFlight.push(
+      post(target, scenario.body(target, index)).then(({ status, text }) => {
+        // From when it was due: time spent queued behind a slow answer counts (no coordinated omission).
+        latencies.push(performance.now() - due);
+        if (status !== 200) failures += 1;
+        else scenario.keep?.(target, text);
+      }),
+    );
+  }
+  await Promise.all(inFlight);
+  return { count: latencies.length, elapsedMs: performance.now() - started, latencies, failures };
+}
+
+/** Sums and counts of the service's step and request histograms, from its /metrics. */
+async function timings(target: Target): Promise<Map<string, { sum: number; count: number }>> {
+  const text = await (await fetch(`${target.url}/metrics`)).text();
+  const found = new Map<string, { sum: number; count: number }>();
+  const pattern =
+    /^wsapi_(?:command_step_duration_seconds|http_request_duration_seconds)_(sum|count)\{(?:step="([a-z_]+)"|operation="([a-z_]+)",status="200")\} (\S+)$/gm;
+  for (const [, kind, step, operation, value] of text.matchAll(pattern)) {
+    const key = step ?? `request ${operation}`;
+    const entry = found.get(key) ?? { sum: 0, count: 0 };
+    entry[kind as 'sum' | 'count'] = Number(value);
+    found.set(key, entry);
+  }
+  return found;
+}
+
+/** Mean milliseconds per command of each step between two scrapes, and the rest of the request's time. */
+function breakdown(
+  operation: string,
+  before: Map<string, { sum: number; count: number }>,
+  after: Map<string, { sum: number; count: number }>,
+) {
+  const delta = (key: string) => {
+    const [a, b] = [after.get(key), before.get(key)];
+    return { sum: (a?.sum ?? 0) - (b?.sum ?? 0), count: (a?.count ?? 0) - (b?.count ?? 0) };
+  };
+  const request = delta(`request ${operation}`);
+  if (request.count === 0) return '';
+  const perCommand = (sum: number) => ((sum * 1000) / request.count).toFixed(2);
+  const steps = ['read', 'decide', 'append', 'wait_earlier_creations', 'wait_projection'].map((step) => [step, delta(step).sum] as const);
+  const rest = request.sum - steps.reduce((total, [, sum]) => total + sum, 0);
+  return [
+    ...steps.filter(([, sum]) => sum > 0).map(([step, sum]) => `${step} ${perCommand(sum)}`),
+    `rest of the request ${perCommand(rest)}`,
+  ].join(', ');
+}
+
+const percentile = (values: number[], p: number) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
+};
+const merge = (samples: Sample[]): Sample => ({
+  count: samples.reduce((sum, s) => sum + s.count, 0),
+  elapsedMs: samples.reduce((sum, s) => sum + s.elapsedMs, 0),
+  latencies: samples.flatMap((s) => s.latencies),
+  failures: samples.reduce((sum, s) => sum + s.failures, 0),
+});
+const throughput = (sample: Sample) => (sample.count * 1000) / sample.elapsedMs;
+const fmt = (n: number, digits = 1) => n.toFixed(digits).padStart(8);
+
+async function createDatabases(adminUrl: string, names: string[]): Promise<string[]> {
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  try {
+    for (const name of names) {
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.query(`CREATE DATABASE ${name}`);
+    }
+  } finally {
+    await admin.end();
+  }
+  return names.map((name) => {
+    const url = new URL(adminUrl);
+    url.pathname = `/${name}`;
+    return url.toString();
+  });
+}
+
+async function startBaselineProcess(databaseUrl: string): Promise<{ url: string; child: ChildProcess }> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--import', 'tsx', 'bench/crud-baseline.ts'], {
+    env: { ...process.env, DATABASE_URL: databaseUrl, AUTH_JWT_SECRET: testSecret, PORT: String(port) },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const url = `http://127.0.0.1:${port}`;
+  for (let attempt = 0; ; attempt++) {
+    const up = await fetch(`${url}/api`, { method: 'POST' }).then(
+      () => true,
+      () => false,
+    );
+    if (up) return { url, child };
+    if (attempt > 300 || child.exitCode !== null) throw new Error('the baseline did not start');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+const logger = pino({ level: 'warn' });
+const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-bench-'));
+const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(dataDir, logger);
+const adminUrl = process.env.DATABASE_URL ?? embedded!.url;
+const [serviceDatabase, baselineDatabase] = await createDatabases(adminUrl, ['bench_service', 'bench_crud']);
+const service = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } });
+const baseline = await startBaselineProcess(baselineDatabase!);
+const token = await mintToken(testSecret, { subject: 'bench', organizations: [organization], expiresIn: '2h' });
+const targets: Target[] = [
+  { name: 'service', url: service.url, token, ids: [] },
+  { name: 'baseline', url: baseline.url, token, ids: [] },
+];
+
+try {
+  console.log(
+    `side by side: ${connections} connections, ${rounds} alternating rounds of ${seconds} s per scenario and side; ` +
+      `PostgreSQL ${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded'}; LOG_LEVEL=warn on the service`,
+  );
+  console.log(
+    `${'scenario'.padEnd(22)}${'service/s'.padStart(10)}${'crud/s'.padStart(10)}${'ratio'.padStart(8)}   p50 / p99 ms service     p50 / p99 ms crud`,
+  );
+  const measured = new Map<string, Record<Target['name'], Sample>>();
+  const stepLines: string[] = [];
+  for (const scenario of scenarios) {
+    const counters = { service: { next: 0 }, baseline: { next: 0 } };
+    // Warm-up, not counted: connections, JIT, caches.
+    for (const target of targets) await closedLoop(target, scenario, 1000, counters[target.name]);
+    const samples: Record<Target['name'], Sample[]> = { service: [], baseline: [] };
+    const before = await timings(targets[0]!);
+    for (let round = 0; round < rounds; round++) {
+      const order = round % 2 === 0 ? targets : [...targets].reverse();
+      for (const target of order) samples[target.name].push(await closedLoop(target, scenario, seconds * 1000, counters[target.name]));
+    }
+    const result = { service: merge(samples.service), baseline: merge(samples.baseline) };
+    measured.set(scenario.name, result);
+    report(scenario.name, result);
+    const steps = breakdown(scenario.name, before, await timings(targets[0]!));
+    if (steps) stepLines.push(`  ${scenario.name}: ${steps}`);
+  }
+
+  // Commands at 70 % of the service's own maximum create rate, on both: latency under load, not at saturation.
+  const rate = 0.7 * throughput(measured.get('create_workspace')!.service);
+  const atRate = { service: [] as Sample[], baseline: [] as Sample[] };
+  const counters = { service: { next: 1e9 }, baseline: { next: 1e9 } };
+  for (let round = 0; round < rounds; round++) {
+    const order = round % 2 === 0 ? targets : [...targets].reverse();
+    for (const target of order)
+      atRate[target.name].push(await openLoop(target, scenarios[0]!, rate, seconds * 1000, counters[target.name]));
+  }
+  report(`create at ${Math.round(rate)}/s`, { service: merge(atRate.service), baseline: merge(atRate.baseline) }, true);
+  console.log('where a service command spends its time, mean ms per command (from its /metrics):');
+  for (const line of stepLines) console.log(line);
+} finally {
+  agent.destroy();
+  await service.signal('SIGTERM');
+  baseline.child.kill('SIGTERM');
+  await embedded?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+function report(name: string, result: Record<Target['name'], Sample>, latencyRatio = false): void {
+  const [s, b] = [result.service, result.baseline];
+  const ratio = latencyRatio ? percentile(s.latencies, 99) / percentile(b.latencies, 99) : throughput(s) / throughput(b);
+  const failures = s.failures + b.failures > 0 ? `  (failures: ${s.failures} service, ${b.failures} crud)` : '';
+  console.log(
+    `${name.padEnd(22)}${fmt(throughput(s), 0).padStart(10)}${fmt(throughput(b), 0).padStart(10)}${fmt(ratio, 2)}x` +
+      `  ${fmt(percentile(s.latencies, 50), 2)} /${fmt(percentile(s.latencies, 99), 2)}  ${fmt(percentile(b.latencies, 50), 2)} /${fmt(percentile(b.latencies, 99), 2)}` +
+      `${latencyRatio ? '   (ratio: p99 service / p99 crud)' : ''}${failures}`,
+  );
+}
