@@ -11,8 +11,24 @@ import {
 } from './port.js';
 
 const appendedChannel = 'es_appended';
-/** Raised by `es_append` on a version conflict (the tables and the function: src/infra/migrations/0001-event-store.ts). */
-const conflictSqlState = 'ES409';
+
+/**
+ * Appends sent together in one call, and calls on their way at once. Up to a few calls at once keep
+ * the round trips overlapping; beyond that, waiting appends join the next call instead of each
+ * taking a connection of the pool (which queries share).
+ */
+const maxAppendsPerCall = 64;
+const maxAppendCallsInFlight = 4;
+
+const uniqueViolation = '23505';
+
+type QueuedAppend = {
+  streamName: string;
+  expectedVersion: bigint;
+  events: NewEvent[];
+  resolve: (result: AppendResult) => void;
+  reject: (error: unknown) => void;
+};
 
 /*
  * Global order without gaps: a sequence value is taken at insert but becomes visible at commit, so
@@ -61,33 +77,72 @@ export class PostgresEventStore implements EventStore {
     });
   }
 
-  async append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
-    try {
-      const { rows } = await this.guard(() =>
-        this.pool.query<{ transaction_id: string; last_position: string }>(
-          'SELECT * FROM es_append($1, $2, $3::uuid[], $4::text[], $5::jsonb[], $6::jsonb[])',
-          [
-            streamName,
-            expectedVersion.toString(),
-            events.map((event) => event.id),
-            events.map((event) => event.type),
-            events.map((event) => JSON.stringify(event.data)),
-            events.map((event) => JSON.stringify(event.metadata)),
-          ],
-        ),
-      );
-      const row = rows[0]!;
-      this.announceAppend();
-      return {
-        version: expectedVersion + BigInt(events.length),
-        position: { commit: BigInt(row.transaction_id), prepare: BigInt(row.last_position) },
-      };
-    } catch (error) {
-      const code = (error as { code?: string }).code;
-      if (code !== conflictSqlState && code !== '23505') throw error;
+  /**
+   * Appends that arrived while others were on their way, sent together as one call when a call
+   * slot frees up: under load many commands share one round trip and one commit, and each append
+   * still succeeds or is refused on its own. An idle store sends an append at once.
+   */
+  private readonly queued: QueuedAppend[] = [];
+  private callsInFlight = 0;
+
+  append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
+    return new Promise<AppendResult>((resolve, reject) => {
+      this.queued.push({ streamName, expectedVersion, events, resolve, reject });
+      this.sendQueued();
+    }).catch(async (error: unknown) => {
+      if (!(error instanceof StreamVersionConflict)) throw error;
       const earlier = await this.earlierIdenticalAppend(streamName, expectedVersion, events);
       if (earlier) return earlier;
-      throw new StreamVersionConflict(streamName, expectedVersion);
+      throw error;
+    });
+  }
+
+  private sendQueued(): void {
+    while (this.queued.length > 0 && this.callsInFlight < maxAppendCallsInFlight) {
+      const batch = this.queued.splice(0, maxAppendsPerCall);
+      this.callsInFlight += 1;
+      void this.appendBatch(batch).finally(() => {
+        this.callsInFlight -= 1;
+        this.sendQueued();
+      });
+    }
+  }
+
+  private async appendBatch(batch: QueuedAppend[]): Promise<void> {
+    let rows: { index: number; appended: boolean; transaction_id: string | null; last_position: string | null }[];
+    try {
+      ({ rows } = await this.guard(() =>
+        this.pool.query<(typeof rows)[number]>('SELECT * FROM es_append_batch($1::jsonb)', [
+          JSON.stringify(
+            batch.map(({ streamName, expectedVersion, events }) => ({
+              stream: streamName,
+              expected: expectedVersion.toString(),
+              events: events.map(({ id, type, data, metadata }) => ({ id, type, data, metadata })),
+            })),
+          ),
+        ]),
+      ));
+    } catch (error) {
+      // One append's failure must not fail the others: each is sent again alone, unless the store is
+      // out of reach (then it is for all of them). Alone, a duplicate key means a conflicting write.
+      if (batch.length > 1 && !(error instanceof EventStoreUnavailable)) {
+        await Promise.all(batch.map((append) => this.appendBatch([append])));
+        return;
+      }
+      const conflict = (error as { code?: string }).code === uniqueViolation;
+      for (const append of batch) append.reject(conflict ? new StreamVersionConflict(append.streamName, append.expectedVersion) : error);
+      return;
+    }
+    this.announceAppend();
+    for (const row of rows) {
+      const append = batch[row.index]!;
+      if (!row.appended) append.reject(new StreamVersionConflict(append.streamName, append.expectedVersion));
+      else {
+        append.resolve({
+          version: append.expectedVersion + BigInt(append.events.length),
+          position: { commit: BigInt(row.transaction_id!), prepare: BigInt(row.last_position!) },
+        });
+      }
     }
   }
 

@@ -3,6 +3,7 @@ import { ServiceError, unavailable } from '../errors.js';
 import { readRecord } from '../eventstore/event-log.js';
 import { StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
+import type { RecentStates } from './recent-states.js';
 
 export type Decider<Command, State, Event extends DomainEvent> = {
   initialState: State;
@@ -45,6 +46,11 @@ export type ExecuteOptions = {
    * would read it.
    */
   newStream?: boolean;
+  /**
+   * Where a command without an Idempotency-Key may find the stream's state instead of reading it
+   * (a keyed command reads: it looks for its own earlier events). Kept up to date by every append here.
+   */
+  recent?: RecentStates | undefined;
 };
 
 export async function loadState<State, Event extends DomainEvent>(
@@ -55,6 +61,9 @@ export async function loadState<State, Event extends DomainEvent>(
   const events = (await readRecord(store, streamName)).map((logged) => logged.event);
   return { state: fold(decider, events), version: BigInt(events.length) };
 }
+
+/** A stream that cannot exist yet: the decider's initial state at version 0. */
+const fresh = <State>(decider: { initialState: State }) => ({ state: decider.initialState, version: 0n });
 
 const fold = <State, Event extends DomainEvent>(
   decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
@@ -88,17 +97,24 @@ export async function execute<Command, State, Event extends DomainEvent>(
   commandFor: (state: State) => Command | Promise<Command>,
   options: ExecuteOptions = {},
 ): Promise<Outcome<State>> {
-  const { observer } = options;
+  const { observer, recent } = options;
   for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-    const logged = attempt === 1 && options.newStream ? [] : await timed(observer, 'read', () => readRecord(store, streamName));
-    const stored = logged.map((entry) => entry.event);
-    const executed = executedAt(stored, request.commandId);
-    if (executed) {
-      await commandFor(fold(decider, stored.slice(0, executed.first)));
-      return { state: fold(decider, stored.slice(0, executed.last + 1)), position: logged[executed.last]!.position };
+    const known =
+      attempt > 1 || request.commandId !== undefined ? undefined : options.newStream ? fresh(decider) : recent?.get<State>(streamName);
+    let state: State;
+    let version: bigint;
+    if (known) ({ state, version } = known);
+    else {
+      const logged = await timed(observer, 'read', () => readRecord(store, streamName));
+      const stored = logged.map((entry) => entry.event);
+      const executed = executedAt(stored, request.commandId);
+      if (executed) {
+        await commandFor(fold(decider, stored.slice(0, executed.first)));
+        return { state: fold(decider, stored.slice(0, executed.last + 1)), position: logged[executed.last]!.position };
+      }
+      state = fold(decider, stored);
+      version = BigInt(stored.length);
     }
-    const state = fold(decider, stored);
-    const version = BigInt(stored.length);
     const command = await commandFor(state);
     const decided = performance.now();
     const events = decider.decide(command, state);
@@ -112,8 +128,11 @@ export async function execute<Command, State, Event extends DomainEvent>(
     }));
     try {
       const { position } = await timed(observer, 'append', () => store.append(streamName, version, newEvents));
-      return { state: events.reduce(decider.evolve, state), position };
+      const after = events.reduce(decider.evolve, state);
+      recent?.set(streamName, version + BigInt(events.length), after);
+      return { state: after, position };
     } catch (error) {
+      recent?.forget(streamName);
       if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
       observer?.onConflict?.(attempt < maxAttempts);
       await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));

@@ -6,6 +6,7 @@ import type { CascadeWorker } from './cascade.js';
 import type { CommandContext } from '../domain/command.js';
 import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
 import { CreationOrder } from './creation-order.js';
+import { RecentStates } from './recent-states.js';
 import type { DomainEvent } from '../domain/events.js';
 import { execute, loadState, timed, type CommandObserver, type Decider, type Outcome } from './execute.js';
 import type { JsonObject } from '../domain/merge-patch.js';
@@ -87,6 +88,7 @@ class WaitBudget {
  */
 export class CommandHandlers {
   private readonly creationOrder = new CreationOrder();
+  private readonly recent = new RecentStates();
 
   constructor(private readonly deps: CommandHandlerDeps) {}
 
@@ -117,7 +119,7 @@ export class CommandHandlers {
         if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
         return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
       },
-      { observer: this.deps.observer },
+      { observer: this.deps.observer, recent: this.recent },
     );
     await this.awaitProjection(outcome.position);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
@@ -133,7 +135,7 @@ export class CommandHandlers {
         if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
         return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
       },
-      { observer: this.deps.observer },
+      { observer: this.deps.observer, recent: this.recent },
     );
     await this.awaitProjection(outcome.position);
     // The solutions are already hidden; their own deletion events are written before answering,
@@ -173,7 +175,7 @@ export class CommandHandlers {
         if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
         return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
       },
-      { observer: this.deps.observer },
+      { observer: this.deps.observer, recent: this.recent },
     );
     await this.awaitProjection(outcome.position);
     const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
@@ -191,7 +193,7 @@ export class CommandHandlers {
         if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
         return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
       },
-      { observer: this.deps.observer },
+      { observer: this.deps.observer, recent: this.recent },
     );
     await this.awaitProjection(outcome.position);
     return { id };
@@ -237,6 +239,7 @@ export class CommandHandlers {
     // Without an Idempotency-Key the record's id is newly generated, and so is its stream.
     const appending = execute(this.deps.store, streamName, decider, caller, () => command(context), {
       observer: this.deps.observer,
+      recent: this.recent,
       newStream: caller.commandId === undefined,
     });
     const untrack = this.creationOrder.track(
