@@ -22,7 +22,7 @@ export class RecentStates {
   set(streamName: string, version: bigint, state: unknown): void {
     this.forget(streamName);
     const bytes = JSON.stringify(state).length;
-    if (bytes > this.maxBytes / 16) return;
+    if (bytes > this.maxBytes / 8) return;
     this.entries.set(streamName, { version, state, bytes });
     this.bytes += bytes;
     for (const [oldest, entry] of this.entries) {
