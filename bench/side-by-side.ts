@@ -165,6 +165,26 @@ function breakdown(
   ].join(', ');
 }
 
+/** Cumulative counts of the service's wait_projection histogram, by upper bound in seconds. */
+async function waitBuckets(target: Target): Promise<Map<number, number>> {
+  const text = await (await fetch(`${target.url}/metrics`)).text();
+  const buckets = new Map<number, number>();
+  for (const [, bound, count] of text.matchAll(
+    /^wsapi_command_step_duration_seconds_bucket\{le="([^"]+)",step="wait_projection"\} (\S+)$/gm,
+  )) {
+    buckets.set(bound === '+Inf' ? Infinity : Number(bound), Number(count));
+  }
+  return buckets;
+}
+
+/** The smallest bucket bound under which `q` of the waits between two scrapes fell, as "≤ N ms". */
+function bucketQuantile(before: Map<number, number>, after: Map<number, number>, q: number): string {
+  const bounds = [...after.keys()].sort((a, b) => a - b);
+  const total = (after.get(Infinity) ?? 0) - (before.get(Infinity) ?? 0);
+  const bound = bounds.find((le) => (after.get(le) ?? 0) - (before.get(le) ?? 0) >= q * total);
+  return bound === undefined || bound === Infinity ? 'over the largest bucket' : `≤ ${bound * 1000} ms`;
+}
+
 const percentile = (values: number[], p: number) => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
@@ -264,6 +284,19 @@ try {
       atRate[target.name].push(await openLoop(target, scenarios[0]!, rate, seconds * 1000, counters[target.name]));
   }
   report(`create at ${Math.round(rate)}/s`, { service: merge(atRate.service), baseline: merge(atRate.baseline) }, true);
+  // Projection lag at half the service's maximum create rate: how long commands waited for the
+  // projector to apply their events (commit to applied), from the service's step histogram.
+  const lagBefore = await waitBuckets(targets[0]!);
+  await openLoop(targets[0]!, scenarios[0]!, 0.5 * throughput(measured.get('create_workspace')!.service), seconds * 1000, { next: 2e9 });
+  const lagAfter = await waitBuckets(targets[0]!);
+  const rss = /^wsapi_process_resident_memory_bytes (\S+)$/m.exec(await (await fetch(`${targets[0]!.url}/metrics`)).text())?.[1];
+  console.log(
+    `projection lag at ${Math.round(0.5 * throughput(measured.get('create_workspace')!.service))} creates/s: p50 ${bucketQuantile(lagBefore, lagAfter, 0.5)}, ` +
+      `p99 ${bucketQuantile(lagBefore, lagAfter, 0.99)} (commit to applied, as commands waited for it; histogram bucket bounds)`,
+  );
+  console.log(
+    `service RSS at the end: ${(Number(rss) / 2 ** 20).toFixed(0)} MiB, after ${targets[0]!.ids.length} creations and every request above`,
+  );
   console.log('where a service command spends its time, mean ms per command (from its /metrics):');
   for (const line of stepLines) console.log(line);
 } finally {
