@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { ServiceError, unavailable } from '../errors.js';
 import { readRecord } from '../eventstore/event-log.js';
-import { StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { EventStoreRefused, StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
 
 export type Decider<Command, State, Event extends DomainEvent> = {
@@ -114,6 +114,8 @@ export async function execute<Command, State, Event extends DomainEvent>(
       const { position } = await timed(observer, 'append', () => store.append(streamName, version, newEvents));
       return { state: events.reduce(decider.evolve, state), position };
     } catch (error) {
+      // A refused append wrote nothing: its outcome is known, and it is a 500, not a 503 to retry.
+      if (error instanceof EventStoreRefused) throw error;
       if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
       observer?.onConflict?.(attempt < maxAttempts);
       await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
