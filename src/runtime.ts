@@ -8,6 +8,7 @@ import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from './audit/history.js';
 import type { Config } from './config.js';
+import { foreignEventLog, reportForeignEvents } from './eventstore/event-log.js';
 import { InstrumentedEventStore } from './eventstore/instrumented.js';
 import type { EventStore } from './eventstore/port.js';
 import { createClock } from './infra/clock.js';
@@ -65,6 +66,10 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     const metrics = new Metrics();
     // Every event store call the service makes is timed and traced, whichever adapter serves it.
     const store = new InstrumentedEventStore(stores.store, metrics.eventStoreCallDuration);
+    reportForeignEvents(
+      store,
+      foreignEventLog(logger, (reason) => metrics.foreignEvents.inc({ reason })),
+    );
     const observer: CommandObserver = {
       onConflict: (retrying) => {
         metrics.commandConflicts.inc();

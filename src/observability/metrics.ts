@@ -91,6 +91,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly foreignEvents = new Counter({
+    name: `${metricPrefix}foreign_events_total`,
+    help: 'Events another program wrote into a service stream, left out of every read and counted once each, by reason: no_metadata, foreign_metadata',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
   private sources: ScrapeSources | undefined;
 
   constructor() {

@@ -17,6 +17,9 @@ export type CommandRequest = { requestId: string; commandId?: string | undefined
 
 const maxAttempts = 30;
 
+/** A stream named by a new id: nothing in it yet. */
+const newRecord = { events: [], version: 0n };
+
 /** The steps of a command whose durations are observed (metrics; `npm run bench` shows where time goes). */
 export type CommandStep = 'read' | 'decide' | 'append' | 'wait_earlier_creations' | 'wait_projection';
 
@@ -52,8 +55,14 @@ export async function loadState<State, Event extends DomainEvent>(
   streamName: string,
   decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
 ): Promise<{ state: State; version: bigint }> {
-  const events = (await readRecord(store, streamName)).map((logged) => logged.event);
-  return { state: fold(decider, events), version: BigInt(events.length) };
+  const { events, version } = await readRecord(store, streamName);
+  return {
+    state: fold(
+      decider,
+      events.map((logged) => logged.event),
+    ),
+    version,
+  };
 }
 
 const fold = <State, Event extends DomainEvent>(
@@ -90,7 +99,8 @@ export async function execute<Command, State, Event extends DomainEvent>(
 ): Promise<Outcome<State>> {
   const { observer } = options;
   for (let attempt = 1; attempt <= maxAttempts; attempt++) {
-    const logged = attempt === 1 && options.newStream ? [] : await timed(observer, 'read', () => readRecord(store, streamName));
+    const record = attempt === 1 && options.newStream ? newRecord : await timed(observer, 'read', () => readRecord(store, streamName));
+    const logged = record.events;
     const stored = logged.map((entry) => entry.event);
     const executed = executedAt(stored, request.commandId);
     if (executed) {
@@ -98,7 +108,8 @@ export async function execute<Command, State, Event extends DomainEvent>(
       return { state: fold(decider, stored.slice(0, executed.last + 1)), position: logged[executed.last]!.position };
     }
     const state = fold(decider, stored);
-    const version = BigInt(stored.length);
+    // The stream's own count: events another program wrote into it are not among `stored`.
+    const { version } = record;
     const command = await commandFor(state);
     const decided = performance.now();
     const events = decider.decide(command, state);

@@ -51,16 +51,17 @@ export async function catchUp(options: {
     let from = state.position;
     for (;;) {
       if (signal?.aborted) throw new RebuildAborted();
-      const { events, end: to } = await reading;
+      const { events, end: to, read } = await reading;
       if (!to) break;
-      const full = events.length >= batchSize;
-      reading = full ? readPage(store, to, batchSize) : Promise.resolve({ events: [], end: undefined });
+      // A page that covered `batchSize` events is full even if some were another program's, left out.
+      const full = read >= batchSize;
+      reading = full ? readPage(store, to, batchSize) : Promise.resolve({ events: [], end: undefined, read: 0 });
       // Awaited in the next round; a failure meanwhile must not count as unhandled.
       reading.catch(() => undefined);
 
       const envelopes = events.map((logged) => logged.event);
       const loaded = await cache.load(loader, envelopes, writing?.batch.changes);
-      const batch = foldBatch({ from, to, count: events.length, envelopes, loaded });
+      const batch = foldBatch({ from, to, count: read, envelopes, loaded });
       cache.remember(batch.changes, loaded);
       await settle();
       writing = { batch, done: writeBatch(writer, solutionWriter, batch) };

@@ -53,15 +53,15 @@ export async function trySwitch(options: {
     // The rest of the log, up to the head as it stands with the live projector held (what is
     // appended meanwhile is the live projector's once it restarts from the new checkpoint).
     for (;;) {
-      const { events, end } = await readPage(store, tentative.position, batchSize);
+      const { events, end, read } = await readPage(store, tentative.position, batchSize);
       if (end) {
         const envelopes = events.map((logged) => logged.event);
         const loaded = await loadRows(oneAtATime(client), rowsNeeded(envelopes));
-        const batch = foldBatch({ from: tentative.position, to: end, count: events.length, envelopes, loaded });
+        const batch = foldBatch({ from: tentative.position, to: end, count: read, envelopes, loaded });
         await writeBatchInTransaction(client, batch);
         commit(tentative, batch);
       }
-      if (events.length < batchSize) break;
+      if (read < batchSize) break;
     }
     if (comparePositions(tentative.position, previous) < 0) {
       throw new Error(
