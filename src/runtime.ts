@@ -15,6 +15,7 @@ import { createClock } from './infra/clock.js';
 import { readOrCreateDevelopmentSecret } from './infra/embedded-postgres.js';
 import type { Pool } from './infra/postgres.js';
 import { Metrics, projectionLagProbeLimit } from './observability/metrics.js';
+import { deadLetterCounts } from './projections/dead-letters.js';
 import { measureProjectionLag, ProjectionProgress } from './projections/progress.js';
 import { ProjectionRunner } from './projections/runner.js';
 import { checkReadiness } from './readiness.js';
@@ -100,9 +101,11 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       clock: createClock(),
       newId: (prefix, seed) => `${prefix}${seed === undefined ? nanoid() : idFromSeed(seed)}`,
       awaitProjection: async (position, timeoutMs) => {
-        if (!(await progress.waitFor(position, timeoutMs))) {
-          logger.warn({ waitedMs: timeoutMs }, 'projection did not catch up in time; answering anyway');
-        }
+        const reached = await progress.waitFor(position, timeoutMs);
+        // Stopped at a dead letter, every command answers at once: the projector has logged the
+        // event once, and /readyz names it; a line per command would add nothing.
+        if (!reached && !progress.stopped) logger.warn({ waitedMs: timeoutMs }, 'projection did not catch up in time; answering anyway');
+        return reached;
       },
       projectionWaitMs: config.projectionWaitMs,
       logger,
@@ -124,6 +127,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       readiness,
       projectionLag: () => measureProjectionLag(store, progress, projectionLagProbeLimit),
       cascadeBacklog: () => cascade.pendingCount(),
+      deadLetters: () => deadLetterCounts(pool),
     });
 
     return {

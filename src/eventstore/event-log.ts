@@ -12,7 +12,7 @@ import type { EventStore, GlobalPosition, RecordedEvent } from './port.js';
  */
 
 /** A domain event and where it sits: its stream, its 1-based version there, and its global position. */
-export type LoggedEvent = { event: Envelope; streamName: string; version: bigint; position: GlobalPosition };
+export type LoggedEvent = { event: Envelope; id: string; streamName: string; version: bigint; position: GlobalPosition };
 
 /** Where an event sits in the log and what it claims to be, for log lines, errors and the dead-letter table. */
 export type EventAddress = { id: string; streamName: string; version: bigint; type: string; position: GlobalPosition };
@@ -82,16 +82,38 @@ export function foreignEventLog(logger: Logger, count: (reason: ForeignReason) =
   };
 }
 
-/** The service's own events among `recorded`, in order; foreign ones are reported and left out, an unreadable one throws. */
-function ownEvents(store: EventStore, recorded: RecordedEvent[]): LoggedEvent[] {
+/** Events an operator skipped (src/projections/dead-letters.ts), left out like foreign ones. */
+export type SkippedEvents = (position: GlobalPosition) => boolean;
+
+const noneSkipped: SkippedEvents = () => false;
+
+/**
+ * The service's own events among `recorded`, in order, up to the first one this version cannot
+ * read (unless skipped), which ends them; foreign ones are reported and left out.
+ */
+function ownEvents(
+  store: EventStore,
+  recorded: RecordedEvent[],
+  skipped: SkippedEvents,
+): { events: LoggedEvent[]; readUpTo: number; unreadable?: UnreadableEvent } {
   const events: LoggedEvent[] = [];
-  for (const stored of recorded) {
+  for (const [index, stored] of recorded.entries()) {
     const reading = readStoredEvent(stored);
-    if (reading.kind === 'unreadable') throw new UnreadableEvent(addressOf(stored), reading.reason);
+    if (reading.kind === 'unreadable') {
+      if (skipped(stored.position)) continue;
+      return { events, readUpTo: index, unreadable: new UnreadableEvent(addressOf(stored), reading.reason) };
+    }
     if (reading.kind === 'foreign') foreignReporters.get(store)?.({ ...addressOf(stored), reason: reading.reason });
-    else events.push({ event: reading.envelope, streamName: stored.streamName, version: stored.version, position: stored.position });
+    else
+      events.push({
+        event: reading.envelope,
+        id: stored.id,
+        streamName: stored.streamName,
+        version: stored.version,
+        position: stored.position,
+      });
   }
-  return events;
+  return { events, readUpTo: recorded.length };
 }
 
 /**
@@ -100,29 +122,47 @@ function ownEvents(store: EventStore, recorded: RecordedEvent[]): LoggedEvent[] 
  */
 export async function readRecord(store: EventStore, streamName: string): Promise<{ events: LoggedEvent[]; version: bigint }> {
   const recorded = await store.readStream(streamName);
-  return { events: ownEvents(store, recorded), version: recorded[recorded.length - 1]?.version ?? 0n };
+  // A record with an event this version cannot read is not decided on, nor shown in part.
+  const { events, unreadable } = ownEvents(store, recorded, noneSkipped);
+  if (unreadable) throw unreadable;
+  return { events, version: recorded[recorded.length - 1]?.version ?? 0n };
+}
+
+export type Page = {
+  events: LoggedEvent[];
+  /** The position of the last event the page covers, foreign and skipped ones included; undefined when it covers none. */
+  end: GlobalPosition | undefined;
+  /** How many events the page covers: it may hold fewer than that. */
+  read: number;
+  /** The event of the service's own the page stops before, because this version cannot read it (and nobody skipped it). */
+  unreadable?: UnreadableEvent;
+};
+
+/**
+ * The service's events among the next `limit` after `after` in global order, up to the first one
+ * this version cannot read, which ends the page (`unreadable`) unless `skipped` says an operator
+ * skipped it.
+ */
+export async function readPage(store: EventStore, after: GlobalPosition, limit: number, skipped = noneSkipped): Promise<Page> {
+  const recorded = await store.readAll(after, limit);
+  const { events, readUpTo, unreadable } = ownEvents(store, recorded, skipped);
+  return { events, end: recorded[readUpTo - 1]?.position, read: readUpTo, ...(unreadable ? { unreadable } : {}) };
 }
 
 /**
- * The service's events among the next `limit` after `after` in global order. `end` is the
- * position of the last one read, foreign ones included (undefined when there was none), and
- * `read` how many were read: a page may hold fewer events than it covers.
+ * Every event after `after`, page by page, to the end of the log as it is while walking, or to
+ * the first event this version cannot read that nobody skipped: the projector stops there too.
  */
-export async function readPage(
+export async function* walkLog(
   store: EventStore,
   after: GlobalPosition,
-  limit: number,
-): Promise<{ events: LoggedEvent[]; end: GlobalPosition | undefined; read: number }> {
-  const page = await store.readAll(after, limit);
-  return { events: ownEvents(store, page), end: page[page.length - 1]?.position, read: page.length };
-}
-
-/** Every event after `after`, page by page, to the end of the log as it is while walking. */
-export async function* walkLog(store: EventStore, after: GlobalPosition, pageSize: number): AsyncGenerator<LoggedEvent[]> {
+  pageSize: number,
+  skipped = noneSkipped,
+): AsyncGenerator<LoggedEvent[]> {
   for (let from = after; ;) {
-    const { events, end } = await readPage(store, from, pageSize);
-    if (!end) return;
-    yield events;
+    const { events, end, unreadable } = await readPage(store, from, pageSize, skipped);
+    if (end) yield events;
+    if (!end || unreadable) return;
     from = end;
   }
 }

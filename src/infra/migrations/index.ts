@@ -3,9 +3,17 @@ import { readTables } from './0002-read-tables.js';
 import { idempotencyKeys } from './0003-idempotency-keys.js';
 import { projectorLeader } from './0004-projector-leader.js';
 import { claimsHeldByASession } from './0005-claims-held-by-a-session.js';
+import { projectionDeadLetters } from './0006-projection-dead-letters.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
 
 /** Every step, in the order they are applied. */
-export const migrations: readonly Migration[] = [eventStore, readTables, idempotencyKeys, projectorLeader, claimsHeldByASession];
+export const migrations: readonly Migration[] = [
+  eventStore,
+  readTables,
+  idempotencyKeys,
+  projectorLeader,
+  claimsHeldByASession,
+  projectionDeadLetters,
+];
