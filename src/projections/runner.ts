@@ -146,8 +146,9 @@ export class ProjectionRunner {
           await this.sleep(this.options.deadLetterPollMs ?? 500);
           continue;
         }
+        // A skip ends any retry of the same event: it was not applied.
+        retrying = step === 'retry' ? stoppedAt.position : undefined;
         if (step === 'skip') checkpoint = await this.passOver(client, checkpoint, stoppedAt);
-        else retrying = stoppedAt.position;
         stoppedAt = undefined;
         continue;
       }
