@@ -170,7 +170,8 @@ export class ProjectionRunner {
             events.map((logged) => logged.event),
           );
         } catch (error) {
-          if (!failedOnItsEvents(error)) throw error;
+          // A page of only foreign events applies nothing: its failure is not an event's.
+          if (!failedOnItsEvents(error) || events.length === 0) throw error;
           if (events.length > 1) {
             // Which event it was: the same events again, one at a time.
             oneByOneUntil = last;
