@@ -2,12 +2,14 @@ import type { Readiness } from './api/app.js';
 import { readPage } from './eventstore/event-log.js';
 import type { EventStore } from './eventstore/port.js';
 import type { Pool } from './infra/postgres.js';
-import type { ProjectionProgress } from './projections/progress.js';
+import { blockingDeadLetter } from './projections/dead-letters.js';
+import { encodePosition, type ProjectionProgress } from './projections/progress.js';
 
 /**
  * `/readyz` (contract §13): ready when the event store and the read database answer and the
  * projection is caught up. Behind is normal for a moment under load; behind for longer than a
- * command would wait (at most a second here), or after a command gave up waiting, is not.
+ * command would wait (at most a second here), or after a command gave up waiting, is not; nor is
+ * a projector stopped at an event it cannot apply, which `dead_letter` names.
  */
 export async function checkReadiness(options: {
   store: EventStore;
@@ -28,10 +30,19 @@ export async function checkReadiness(options: {
   };
   await Promise.all([probe('event_store', () => store.ping()), probe('read_database', () => pool.query('SELECT 1'))]);
   if (checks.event_store === 'ok' && checks.read_database === 'ok') {
-    await progress.refresh();
-    const { end: next } = await readPage(store, progress.current, 1);
-    const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next, Math.min(options.projectionWaitMs, 1000))));
-    checks.projection = caughtUp ? 'caught_up' : 'behind';
+    const deadLetter = await blockingDeadLetter(pool);
+    if (deadLetter) {
+      checks.projection = 'stopped';
+      checks.dead_letter =
+        `projector stopped at ${deadLetter.streamName} version ${deadLetter.version} (${deadLetter.type}, position ` +
+        `${encodePosition(deadLetter.position)}): ${deadLetter.error}; see npm run projections:dead-letters -- list`;
+    } else {
+      await progress.refresh();
+      const { end, unreadable } = await readPage(store, progress.current, 1);
+      const next = end ?? unreadable?.event.position;
+      const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next, Math.min(options.projectionWaitMs, 1000))));
+      checks.projection = caughtUp ? 'caught_up' : 'behind';
+    }
   }
   return { ready: Object.values(checks).every((value) => value === 'ok' || value === 'caught_up'), checks };
 }

@@ -8,12 +8,14 @@ import { IdempotencyKeys } from './api/idempotency.js';
 import type { Queries } from './api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from './audit/history.js';
 import type { Config } from './config.js';
+import { foreignEventLog, reportForeignEvents } from './eventstore/event-log.js';
 import { InstrumentedEventStore } from './eventstore/instrumented.js';
 import type { EventStore } from './eventstore/port.js';
 import { createClock } from './infra/clock.js';
 import { readOrCreateDevelopmentSecret } from './infra/embedded-postgres.js';
 import type { Pool } from './infra/postgres.js';
 import { Metrics, projectionLagProbeLimit } from './observability/metrics.js';
+import { deadLetterCounts } from './projections/dead-letters.js';
 import { measureProjectionLag, ProjectionProgress } from './projections/progress.js';
 import { ProjectionRunner } from './projections/runner.js';
 import { checkReadiness } from './readiness.js';
@@ -65,6 +67,10 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     const metrics = new Metrics();
     // Every event store call the service makes is timed and traced, whichever adapter serves it.
     const store = new InstrumentedEventStore(stores.store, metrics.eventStoreCallDuration);
+    reportForeignEvents(
+      store,
+      foreignEventLog(logger, (reason) => metrics.foreignEvents.inc({ reason })),
+    );
     const observer: CommandObserver = {
       onConflict: (retrying) => {
         metrics.commandConflicts.inc();
@@ -95,9 +101,11 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       clock: createClock(),
       newId: (prefix, seed) => `${prefix}${seed === undefined ? nanoid() : idFromSeed(seed)}`,
       awaitProjection: async (position, timeoutMs) => {
-        if (!(await progress.waitFor(position, timeoutMs))) {
-          logger.warn({ waitedMs: timeoutMs }, 'projection did not catch up in time; answering anyway');
-        }
+        const reached = await progress.waitFor(position, timeoutMs);
+        // Stopped at a dead letter, every command answers at once: the projector has logged the
+        // event once, and /readyz names it; a line per command would add nothing.
+        if (!reached && !progress.stopped) logger.warn({ waitedMs: timeoutMs }, 'projection did not catch up in time; answering anyway');
+        return reached;
       },
       projectionWaitMs: config.projectionWaitMs,
       logger,
@@ -119,6 +127,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       readiness,
       projectionLag: () => measureProjectionLag(store, progress, projectionLagProbeLimit),
       cascadeBacklog: () => cascade.pendingCount(),
+      deadLetters: () => deadLetterCounts(pool),
     });
 
     return {

@@ -175,6 +175,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         subject: principal.subject,
         organizations: principal.organizations,
         requestId: request.id,
+        // Reads may not show this command's effect yet: its events are stored, the projection has not applied them.
+        onProjectionBehind: () => void reply.header('x-projection-behind', 'true'),
         ...(key === undefined || requestHash === undefined
           ? {}
           : {

@@ -163,7 +163,16 @@ function pathItem(name: OperationName) {
           headers: {
             'x-request-id': ref('headers', 'RequestId'),
             ...(operation.kind === 'command'
-              ? { 'idempotent-replayed': { description: 'Present, "true", on a replayed answer.', schema: { const: 'true' } } }
+              ? {
+                  'idempotent-replayed': { description: 'Present, "true", on a replayed answer.', schema: { const: 'true' } },
+                  'x-projection-behind': {
+                    description:
+                      'Present, "true", when the command answered before the read side showed its effect: the projection did not ' +
+                      'catch up within PROJECTION_WAIT_MS, or its projector is stopped at an event it cannot apply (then at once). ' +
+                      'The change is stored; reads may not show it yet.',
+                    schema: { const: 'true' },
+                  },
+                }
               : {}),
           },
           content: { 'application/json': { schema: ref('schemas', `${Name}Response`) } },

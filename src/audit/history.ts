@@ -26,7 +26,7 @@ const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? works
 
 /** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
 async function accessibleEvents(store: EventStore, kind: RecordKind, id: string, organizations: ReadonlySet<string>): Promise<Envelope[]> {
-  const events = (await readRecord(store, streamOf(kind, id))).map((logged) => logged.event);
+  const events = (await readRecord(store, streamOf(kind, id))).events.map((logged) => logged.event);
   const created = events[0];
   const organizationId = created && 'organization_id' in created.data ? created.data.organization_id : undefined;
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
@@ -83,7 +83,7 @@ export async function workspaceAsOf(
 export async function solutionAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Solution> {
   const state = stateAt(await accessibleEvents(store, 'solution', id, organizations), asOf, solutionDecider);
   if (state.status !== 'active') throw notFound('solution');
-  const workspaceEvents = (await readRecord(store, workspaceStream(state.solution.workspace_id))).map((logged) => logged.event);
+  const workspaceEvents = (await readRecord(store, workspaceStream(state.solution.workspace_id))).events.map((logged) => logged.event);
   if (stateAt(workspaceEvents, asOf, workspaceDecider).status !== 'active') throw notFound('solution');
   return state.solution;
 }

@@ -68,7 +68,7 @@ function changesOf(event: Envelope, full: boolean): string[] {
 
 async function historyRows(store: EventStore, full: boolean): Promise<Row[]> {
   const recorded = await readRecord(store, kind === 'workspace' ? workspaceStream(id!) : solutionStream(id!));
-  return recorded.map(({ event: envelope, version }) => {
+  return recorded.events.map(({ event: envelope, version }) => {
     return {
       version: version.toString(),
       when: envelope.metadata.occurred_at,

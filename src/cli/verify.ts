@@ -13,6 +13,7 @@ import type { GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
 import { oneAtATime } from '../infra/postgres.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
+import { skippedPositions } from '../projections/dead-letters.js';
 import { readCheckpoint } from '../projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel, type ReadModelSnapshot } from '../projections/verify.js';
 import { commandLine } from './arguments.js';
@@ -57,9 +58,10 @@ let connection: OperatorConnection | undefined;
 try {
   connection = await connectOperator(config, logger);
   const { checkpoint, actual } = await readTablesAtCheckpoint(connection.pool);
-  const expected = await expectedReadModel(connection.store, checkpoint);
+  const expected = await expectedReadModel(connection.store, checkpoint, await skippedPositions(connection.pool));
   const differences = compareReadModels(expected, actual);
-  const behind = (await readPage(connection.store, checkpoint, 1)).end !== undefined;
+  const next = await readPage(connection.store, checkpoint, 1);
+  const behind = next.end !== undefined || next.unreadable !== undefined;
   if (behind) {
     process.stderr.write('note: the projection has not applied the newest events yet; compared at its checkpoint\n');
   }

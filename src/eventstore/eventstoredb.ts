@@ -5,6 +5,7 @@ import {
   DeadlineExceededError,
   END,
   EventStoreDBClient,
+  isCommandError,
   jsonEvent,
   NO_STREAM,
   NotLeaderError,
@@ -26,6 +27,7 @@ import {
 import type { Logger } from 'pino';
 import {
   comparePositions,
+  EventStoreRefused,
   EventStoreUnavailable,
   startOfLog,
   StreamVersionConflict,
@@ -67,7 +69,20 @@ const toRecordedEvent = (event: StoredEvent, position: GlobalPosition): Recorded
   position,
 });
 
-/** Connection-level failures: the store cannot be reached (or not in time), as opposed to a refused request. */
+/**
+ * What KurrentDB says when it does not handle a request now (ClientMessage.NotHandled): not ready,
+ * too busy, or no leader known during an election. BatchAppend sends these as a per-write status
+ * without a code, and a read as UNKNOWN (Grpc/Streams.BatchAppend.cs; Grpc/RpcExceptions.cs,
+ * NoLeaderInfo): the client reads both as UnknownError.
+ */
+const notHandledNow = /Server Is Not Ready|Server Is (Too )?Busy|No leader info available/;
+
+/**
+ * Outages: the store cannot be reached, or not in time, or does not handle the request now;
+ * retrying later helps. Any other UNKNOWN is a refusal: KurrentDB also answers UNKNOWN for
+ * requests it will not serve, such as a read from a position that is no record's or an operation
+ * result a call does not expect (Grpc/RpcExceptions.cs, UnknownError; Grpc/Streams.Read.cs).
+ */
 function isUnavailable(error: unknown): boolean {
   if (error instanceof EventStoreUnavailable) return true;
   if (!(error instanceof Error)) return false;
@@ -78,10 +93,13 @@ function isUnavailable(error: unknown): boolean {
     converted instanceof DeadlineExceededError ||
     converted instanceof TimeoutError ||
     converted instanceof NotLeaderError ||
-    converted instanceof UnknownError ||
+    (converted instanceof UnknownError && notHandledNow.test(converted.message)) ||
     /Failed to discover|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND/i.test(error.message)
   );
 }
+
+/** The answers the adapter turns into the port's own outcomes; any other answer from the server is a refusal. */
+const handledByTheAdapter = (error: unknown) => error instanceof WrongExpectedVersionError || error instanceof StreamNotFoundError;
 
 /**
  * The event store port on EventStoreDB. Commands append with an explicit expected revision and
@@ -109,7 +127,6 @@ export class EventStoreDBEventStore implements EventStore {
   }
 
   async append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
-    const version = expectedVersion + BigInt(events.length);
     try {
       const result = await this.bounded('append', this.commandTimeoutMs, (deadline) =>
         this.client.appendToStream(
@@ -118,23 +135,28 @@ export class EventStoreDBEventStore implements EventStore {
           { expectedRevision: expectedRevision(expectedVersion), deadline },
         ),
       );
-      // The position reported by an append is not documented to equal the `$all` position of its
-      // last event (and is absent for a write the server recognised as a repeat), while commands
-      // wait for the projector to pass exactly that; so it is read back.
-      const last = await this.readRange(streamName, version - 1n, 1).catch(() => []);
-      const position = toGlobal(last[0]?.position) ?? toGlobal(result.position);
+      // KurrentDB answers a write with its last event's log position as both commit and prepare
+      // (RequestManager/Managers/WriteEvents.cs passes CommitPosition twice; RequestManagerBase.cs
+      // takes it from the CommitIndexed of the write's last, self-committed prepare, which
+      // StorageChaser.cs publishes at that prepare's LogPosition), and that is the event's `$all`
+      // position. A recognised repeat is answered the same way, with the original write's last
+      // event (Storage/ReaderIndex/IndexWriter.cs, CheckCommit "Idempotent"; RequestManagerBase.cs
+      // ReturnCommitAt). Only a repeat whose last event the index cannot read answers without one
+      // (Grpc/Streams.Append.cs, NoPosition): the events are stored, so the outcome is reported unknown.
+      const position = toGlobal(result.position);
       if (!position) throw new EventStoreUnavailable('the event store did not report where the append landed');
-      return { version, position };
+      return { version: expectedVersion + BigInt(events.length), position };
     } catch (error) {
-      if (!(error instanceof WrongExpectedVersionError)) throw error;
-      const earlier = await this.earlierIdenticalAppend(streamName, expectedVersion, events);
-      if (earlier) return earlier;
-      throw new StreamVersionConflict(streamName, expectedVersion);
+      // A retry of the same event ids at the same expected revision is recognised by the server
+      // itself (IndexWriter.cs, the "strong idempotency checks" for an exact or no-stream expected
+      // revision, the only two this adapter sends), so a wrong expected version is a real conflict.
+      if (error instanceof WrongExpectedVersionError) throw new StreamVersionConflict(streamName, expectedVersion);
+      throw error;
     }
   }
 
   async readStream(streamName: string): Promise<RecordedEvent[]> {
-    const events = await this.readRange(streamName, 0n, undefined);
+    const events = await this.readWholeStream(streamName);
     // Positions are absent only on servers older than 22.6; history and folds do not use them.
     return events.map((event) => toRecordedEvent(event, toGlobal(event.position) ?? startOfLog));
   }
@@ -226,25 +248,15 @@ export class EventStoreDBEventStore implements EventStore {
     await this.client.dispose().catch(() => undefined);
   }
 
-  /** A retry of an append that already succeeded (same event ids at the same version) answers as it did. */
-  private async earlierIdenticalAppend(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult | undefined> {
-    const stored = await this.readRange(streamName, expectedVersion, events.length);
-    const same =
-      stored.length === events.length && stored.every((event, index) => event.id.toLowerCase() === events[index]!.id.toLowerCase());
-    const position = toGlobal(stored[stored.length - 1]?.position);
-    if (!same || !position) return undefined;
-    return { version: expectedVersion + BigInt(events.length), position };
-  }
-
   /**
-   * Events of one stream from a 0-based revision; an unknown stream is empty. From the leader only:
-   * after an election a follower may not have a command's latest events yet (NotLeaderError makes
-   * the client reconnect to the new leader).
+   * Every event of one stream; an unknown stream is empty. From the leader only: after an election
+   * a follower may not have a command's latest events yet (NotLeaderError makes the client
+   * reconnect to the new leader).
    */
-  private async readRange(streamName: string, fromRevision: bigint, maxCount: number | undefined): Promise<StoredEvent[]> {
+  private async readWholeStream(streamName: string): Promise<StoredEvent[]> {
     try {
       const read = await this.collect('read stream', this.commandTimeoutMs, () =>
-        this.client.readStream(streamName, { fromRevision, requiresLeader: true, ...(maxCount ? { maxCount } : {}) }),
+        this.client.readStream(streamName, { requiresLeader: true }),
       );
       return read.flatMap((resolved) => (resolved.event ? [resolved.event] : []));
     } catch (error) {
@@ -293,7 +305,11 @@ export class EventStoreDBEventStore implements EventStore {
     } catch (error) {
       if (error instanceof EventStoreUnavailable) throw error;
       if (isUnavailable(error)) throw new EventStoreUnavailable('the event store cannot be reached', { cause: error });
-      throw error;
+      const answer = error instanceof Error ? convertToCommandError(error) : error;
+      if (answer instanceof Error && isCommandError(answer) && !handledByTheAdapter(answer)) {
+        throw new EventStoreRefused(`the event store refused ${operation}: ${answer.message}`, { cause: error });
+      }
+      throw answer;
     } finally {
       clearTimeout(timer);
     }

@@ -67,6 +67,18 @@ export class EventStoreUnavailable extends Error {
   }
 }
 
+/**
+ * The store answered, and refused the request: not an outage, so retrying does not help and
+ * nothing was written. A bug (or a store set up differently from what the service expects); the
+ * API answers 500 and logs it.
+ */
+export class EventStoreRefused extends Error {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'EventStoreRefused';
+  }
+}
+
 export interface EventStore {
   /**
    * Appends atomically if the stream holds exactly `expectedVersion` events (0: the stream must not

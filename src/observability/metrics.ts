@@ -17,6 +17,8 @@ export type ScrapeSources = {
   projectionLag: () => Promise<{ events: number; seconds: number }>;
   /** Solutions hidden with their deleted workspace still waiting for their own SolutionDeleted. */
   cascadeBacklog: () => Promise<number>;
+  /** Dead letters by state: the one the projector is stopped at, and those skipped or applied on a retry. */
+  deadLetters: () => Promise<Record<'blocking' | 'skipped' | 'retried', number>>;
 };
 
 /**
@@ -91,6 +93,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly foreignEvents = new Counter({
+    name: `${metricPrefix}foreign_events_total`,
+    help: 'Events another program wrote into a service stream, left out of every read and counted once each, by reason: no_metadata, foreign_metadata',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
   private sources: ScrapeSources | undefined;
 
   constructor() {
@@ -143,6 +152,19 @@ export class Metrics {
       async collect() {
         const source = sources();
         if (source) this.set(await source.cascadeBacklog().catch(() => NaN));
+      },
+    });
+    new Gauge({
+      name: `${metricPrefix}projection_dead_letters`,
+      help: 'Events of the service the projector could not apply, by state: blocking (it is stopped at it), skipped and retried (resolved by an operator); NaN when the database cannot be read',
+      labelNames: ['state'] as const,
+      registers: [this.registry],
+      async collect() {
+        const source = sources();
+        if (!source) return;
+        // A database that cannot be read is NaN (unknown), as for the other gauges; the scrape still answers.
+        const counts = await source.deadLetters().catch(() => ({ blocking: NaN, skipped: NaN, retried: NaN }));
+        for (const [state, count] of Object.entries(counts)) this.set({ state }, count);
       },
     });
   }

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { readPage } from '../eventstore/event-log.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { PgListener, Pool } from '../infra/postgres.js';
+import { blockedChannel, blockingDeadLetter } from './dead-letters.js';
 import { readCheckpoint } from './tables.js';
 
 export const progressChannel = 'projection_progress';
@@ -27,6 +28,8 @@ export class ProjectionProgress {
   private pollTimer: NodeJS.Timeout | undefined;
   /** A position some command gave up waiting for; cleared once the projection passes it. */
   private stalledAt: GlobalPosition | undefined;
+  /** Where the projector stopped at a dead letter (src/projections/dead-letters.ts); cleared once the projection passes it. */
+  private stoppedAtDeadLetter: GlobalPosition | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -37,6 +40,10 @@ export class ProjectionProgress {
     listener.on(progressChannel, (payload) => {
       const position = decodePosition(payload);
       if (position) this.advance(position);
+    });
+    listener.on(blockedChannel, (payload) => {
+      const position = decodePosition(payload);
+      if (position) this.stop(position);
     });
     listener.onReconnect(() => void this.refresh());
   }
@@ -49,10 +56,23 @@ export class ProjectionProgress {
     return this.stalledAt !== undefined;
   }
 
+  /** Whether the projector is stopped at a dead letter: nothing after the checkpoint gets projected until an operator acts. */
+  get stopped(): boolean {
+    return this.stoppedAtDeadLetter !== undefined;
+  }
+
+  /** The projector stopped at a dead letter at `position`: every wait beyond the checkpoint ends now, unreached. */
+  stop(position: GlobalPosition): void {
+    if (comparePositions(position, this.checkpoint) <= 0) return;
+    this.stoppedAtDeadLetter = position;
+    for (const waiter of this.waiters) this.settle(waiter, false);
+  }
+
   advance(position: GlobalPosition): void {
     if (comparePositions(position, this.checkpoint) <= 0) return;
     this.checkpoint = position;
     if (this.stalledAt && comparePositions(position, this.stalledAt) >= 0) this.stalledAt = undefined;
+    if (this.stoppedAtDeadLetter && comparePositions(position, this.stoppedAtDeadLetter) >= 0) this.stoppedAtDeadLetter = undefined;
     for (const waiter of this.waiters) {
       if (comparePositions(position, waiter.position) >= 0) this.settle(waiter, true);
     }
@@ -60,15 +80,23 @@ export class ProjectionProgress {
 
   async refresh(): Promise<void> {
     try {
-      this.advance(await readCheckpoint(this.pool));
+      const [checkpoint, deadLetter] = await Promise.all([readCheckpoint(this.pool), blockingDeadLetter(this.pool)]);
+      this.advance(checkpoint);
+      // A resolved dead letter is never cleared here but by the checkpoint passing it (advance): this
+      // read may have started before the projector recorded one that a notification already reported.
+      if (deadLetter) this.stop(deadLetter.position);
     } catch (error) {
       this.logger.debug({ err: (error as Error).message }, 'could not read the projection checkpoint');
     }
   }
 
-  /** True once the projection has applied `position`; false if `timeoutMs` passed first. */
+  /**
+   * True once the projection has applied `position`; false if `timeoutMs` passed first, or at once
+   * while the projector is stopped at a dead letter: waiting cannot help then.
+   */
   waitFor(position: GlobalPosition, timeoutMs: number): Promise<boolean> {
     if (comparePositions(this.checkpoint, position) >= 0) return Promise.resolve(true);
+    if (this.stoppedAtDeadLetter) return Promise.resolve(false);
     return new Promise((resolve) => {
       const waiter: Waiter = {
         position,

@@ -1,11 +1,12 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { readPage } from '../eventstore/event-log.js';
-import type { EventStore, GlobalPosition } from '../eventstore/port.js';
+import { readPage, type EventAddress, type LoggedEvent } from '../eventstore/event-log.js';
+import { comparePositions, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
-import { connectionSettings } from '../infra/postgres.js';
+import { connectionSettings, isConnectionError } from '../infra/postgres.js';
 import type { Envelope } from '../domain/events.js';
 import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
+import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
 import { loadRows, readCheckpoint, writeChanges } from './tables.js';
 
@@ -37,11 +38,33 @@ export type ProjectionRunnerOptions = {
   onCascadesPending?: () => void;
   /** Told of each batch applied: its events, and the time its transaction took (metrics). */
   onBatchApplied?: (events: number, seconds: number) => void;
+  /** While stopped at a dead letter, how often to look for an operator's decision (default 500 ms). */
+  deadLetterPollMs?: number;
   /** Called inside the batch's transaction, before its commit; tests crash the projector here. */
   beforeCommit?: () => Promise<void>;
 };
 
 class LostLeadership extends Error {}
+
+/**
+ * Whether a batch failed because of what its events hold, rather than the connection, the
+ * leadership or a passing condition: an error thrown while folding them, or PostgreSQL refusing
+ * the rows they make (SQLSTATE classes 22, data exception, and 23, integrity constraint).
+ */
+function failedOnItsEvents(error: unknown): boolean {
+  if (error instanceof LostLeadership || isConnectionError(error)) return false;
+  const sqlState = (error as { code?: unknown }).code;
+  if (typeof sqlState === 'string' && /^[0-9A-Z]{5}$/.test(sqlState)) return /^2[23]/.test(sqlState);
+  return true;
+}
+
+const addressOf = (logged: LoggedEvent): EventAddress => ({
+  id: logged.id,
+  streamName: logged.streamName,
+  version: logged.version,
+  type: logged.event.type,
+  position: logged.position,
+});
 
 /**
  * Reads events in global order, applies them in batches to the read tables and moves the
@@ -110,28 +133,107 @@ export class ProjectionRunner {
     progress.advance(checkpoint);
     this.options.onCascadesPending?.();
     let idlePollMs = minIdlePollMs;
+    // Dead letters (src/projections/dead-letters.ts): the one this projector is stopped at, the one
+    // an operator asked to retry, and, after a batch failed on its events, how far to read them one by one.
+    let stoppedAt: DeadLetter | undefined;
+    let retrying: GlobalPosition | undefined;
+    let oneByOneUntil: GlobalPosition | undefined;
     while (!this.abort.signal.aborted) {
       await this.renew(client);
-      const { events, end: last } = await readPage(store, checkpoint, batchSize);
-      if (!last) {
+      if (stoppedAt) {
+        const step = await nextStep(client, stoppedAt.deadLetterId);
+        if (step === 'wait') {
+          await this.sleep(this.options.deadLetterPollMs ?? 500);
+          continue;
+        }
+        // A skip ends any retry of the same event: it was not applied.
+        retrying = step === 'retry' ? stoppedAt.position : undefined;
+        if (step === 'skip') checkpoint = await this.passOver(client, checkpoint, stoppedAt);
+        stoppedAt = undefined;
+        continue;
+      }
+      const { events, end: last, unreadable } = await readPage(store, checkpoint, oneByOneUntil ? 1 : batchSize);
+      if (!last && !unreadable) {
         await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
         idlePollMs = Math.min(idlePollMs * 2, maxIdlePollMs);
         continue;
       }
       idlePollMs = minIdlePollMs;
-      const started = performance.now();
-      const changes = await this.applyInTransaction(
-        client,
-        checkpoint,
-        last,
-        events.map((logged) => logged.event),
-      );
-      this.options.onBatchApplied?.(events.length, (performance.now() - started) / 1000);
-      checkpoint = last;
-      this.failures = 0; // back-off grows while batches keep failing, and only then
-      progress.advance(checkpoint);
-      if (changes.pendingCascades.length > 0) this.options.onCascadesPending?.();
+      if (last) {
+        const started = performance.now();
+        let changes: BatchChanges;
+        try {
+          changes = await this.applyInTransaction(
+            client,
+            checkpoint,
+            last,
+            events.map((logged) => logged.event),
+          );
+        } catch (error) {
+          // A page of only foreign events applies nothing: its failure is not an event's.
+          if (!failedOnItsEvents(error) || events.length === 0) throw error;
+          if (events.length > 1) {
+            // Which event it was: the same events again, one at a time.
+            oneByOneUntil = last;
+            continue;
+          }
+          stoppedAt = await this.stopAt(client, checkpoint, addressOf(events[0]!), (error as Error).message);
+          if (!stoppedAt) checkpoint = last;
+          continue;
+        }
+        this.options.onBatchApplied?.(events.length, (performance.now() - started) / 1000);
+        checkpoint = last;
+        this.failures = 0; // back-off grows while batches keep failing, and only then
+        progress.advance(checkpoint);
+        if (oneByOneUntil && comparePositions(checkpoint, oneByOneUntil) >= 0) oneByOneUntil = undefined;
+        if (retrying && comparePositions(checkpoint, retrying) >= 0) {
+          await markRetried(client, retrying);
+          this.options.logger.info({ position: encodePosition(retrying) }, 'dead letter applied on retry; projecting again');
+          retrying = undefined;
+        }
+        if (changes.pendingCascades.length > 0) this.options.onCascadesPending?.();
+      }
+      if (unreadable) {
+        stoppedAt = await this.stopAt(client, checkpoint, unreadable.event, unreadable.reason);
+        if (!stoppedAt) checkpoint = unreadable.event.position;
+      }
     }
+  }
+
+  /**
+   * The policy for an event of the service's own that cannot be applied: stop at it, so that the
+   * read tables stay a faithful prefix of the log (docs/production.md). Recorded as a dead letter
+   * and logged; undefined if an operator had already skipped it, which is then passed over.
+   */
+  private async stopAt(client: pg.Client, checkpoint: GlobalPosition, event: EventAddress, error: string): Promise<DeadLetter | undefined> {
+    const deadLetter = await recordDeadLetter(client, event, error);
+    if (deadLetter.resolution === 'skipped') {
+      await this.passOver(client, checkpoint, deadLetter);
+      return undefined;
+    }
+    this.options.logger.error(
+      {
+        deadLetter: deadLetter.deadLetterId,
+        stream: event.streamName,
+        version: event.version.toString(),
+        type: event.type,
+        eventId: event.id,
+        position: encodePosition(event.position),
+        attempts: deadLetter.attempts,
+        err: error,
+      },
+      'projector stopped at an event it cannot apply; resolve it with npm run projections:dead-letters',
+    );
+    this.options.progress.stop(event.position);
+    return deadLetter;
+  }
+
+  /** Moves the checkpoint over a skipped dead letter, applying nothing for it; the events before it are applied already. */
+  private async passOver(client: pg.Client, checkpoint: GlobalPosition, skipped: DeadLetter): Promise<GlobalPosition> {
+    await this.applyInTransaction(client, checkpoint, skipped.position, []);
+    this.options.logger.warn({ deadLetter: skipped.deadLetterId, position: encodePosition(skipped.position) }, 'skipped a dead letter');
+    this.options.progress.advance(skipped.position);
+    return skipped.position;
   }
 
   private async applyInTransaction(client: pg.Client, from: GlobalPosition, to: GlobalPosition, events: Envelope[]): Promise<BatchChanges> {

@@ -1,4 +1,4 @@
-import { walkLog } from '../eventstore/event-log.js';
+import { walkLog, type SkippedEvents } from '../eventstore/event-log.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
 import { isSolutionEvent, isWorkspaceEvent } from '../domain/events.js';
@@ -16,12 +16,13 @@ export type ReadModelSnapshot = {
 /**
  * What the read tables must hold, folded from every stream with the write side's own `evolve`,
  * independently of the projector's batch code: active records, a solution only while its
- * workspace is active, and counts derived from those.
+ * workspace is active, and counts derived from those. Events operators `skipped` (dead letters)
+ * are left out, as the projector left them out.
  */
-export async function expectedReadModel(store: EventStore, until?: GlobalPosition): Promise<ReadModelSnapshot> {
+export async function expectedReadModel(store: EventStore, until?: GlobalPosition, skipped?: SkippedEvents): Promise<ReadModelSnapshot> {
   const workspaceStates = new Map<string, WorkspaceState>();
   const solutionStates = new Map<string, SolutionState>();
-  for await (const page of walkLog(store, startOfLog, 2000)) {
+  for await (const page of walkLog(store, startOfLog, 2000, skipped)) {
     for (const { event, streamName, position } of page) {
       if (until && comparePositions(position, until) > 0) return snapshotOf(workspaceStates, solutionStates);
       if (isWorkspaceEvent(event)) {

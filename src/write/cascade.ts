@@ -96,7 +96,7 @@ export class CascadeWorker {
 
   private async cascadeWorkspace(workspaceId: string, solutionIds: string[]): Promise<void> {
     if (solutionIds.length === 0) return;
-    const deletion = (await readRecord(this.store, workspaceStream(workspaceId)))
+    const deletion = (await readRecord(this.store, workspaceStream(workspaceId))).events
       .map((logged) => logged.event)
       .find((event) => event.type === 'WorkspaceDeleted');
     if (!deletion) {

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { ServiceError, unavailable } from '../errors.js';
 import { readRecord } from '../eventstore/event-log.js';
-import { StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { EventStoreRefused, StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
 import type { RecentStates } from './recent-states.js';
 
@@ -58,8 +58,14 @@ export async function loadState<State, Event extends DomainEvent>(
   streamName: string,
   decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
 ): Promise<{ state: State; version: bigint }> {
-  const events = (await readRecord(store, streamName)).map((logged) => logged.event);
-  return { state: fold(decider, events), version: BigInt(events.length) };
+  const { events, version } = await readRecord(store, streamName);
+  return {
+    state: fold(
+      decider,
+      events.map((logged) => logged.event),
+    ),
+    version,
+  };
 }
 
 /** A stream that cannot exist yet: the decider's initial state at version 0. */
@@ -105,7 +111,8 @@ export async function execute<Command, State, Event extends DomainEvent>(
     let version: bigint;
     if (known) ({ state, version } = known);
     else {
-      const logged = await timed(observer, 'read', () => readRecord(store, streamName));
+      const record = await timed(observer, 'read', () => readRecord(store, streamName));
+      const logged = record.events;
       const stored = logged.map((entry) => entry.event);
       const executed = executedAt(stored, request.commandId);
       if (executed) {
@@ -113,7 +120,8 @@ export async function execute<Command, State, Event extends DomainEvent>(
         return { state: fold(decider, stored.slice(0, executed.last + 1)), position: logged[executed.last]!.position };
       }
       state = fold(decider, stored);
-      version = BigInt(stored.length);
+      // The stream's own count: events another program wrote into it are not among `stored`.
+      ({ version } = record);
     }
     const command = await commandFor(state);
     const decided = performance.now();
@@ -133,6 +141,8 @@ export async function execute<Command, State, Event extends DomainEvent>(
       return { state: after, position };
     } catch (error) {
       recent?.forget(streamName);
+      // A refused append wrote nothing: its outcome is known, and it is a 500, not a 503 to retry.
+      if (error instanceof EventStoreRefused) throw error;
       if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
       observer?.onConflict?.(attempt < maxAttempts);
       await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));

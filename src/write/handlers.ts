@@ -25,6 +25,8 @@ export type Caller = {
    * so a retry answers what was done instead of doing it again, and new record ids derive from it.
    */
   commandId?: string;
+  /** Told when the command answers before the projection has applied its events (the API says so in a header). */
+  onProjectionBehind?: () => void;
 };
 
 export type CommandHandlerDeps = {
@@ -32,8 +34,11 @@ export type CommandHandlerDeps = {
   cascade: CascadeWorker;
   clock: () => Timestamp;
   newId: (prefix: 'ws_' | 'sol_', seed?: string) => string;
-  /** Resolves once the projection has applied `position`, or after `timeoutMs` (contract §11). */
-  awaitProjection: (position: GlobalPosition, timeoutMs: number) => Promise<void>;
+  /**
+   * Resolves once the projection has applied `position`, or after `timeoutMs` (contract §11), or
+   * at once while the projector is stopped at a dead letter; with `false` when it was not applied.
+   */
+  awaitProjection: (position: GlobalPosition, timeoutMs: number) => Promise<boolean | void>;
   /** All a command may wait, in total, after its events are stored (PROJECTION_WAIT_MS). */
   projectionWaitMs: number;
   logger: Logger;
@@ -121,7 +126,7 @@ export class CommandHandlers {
       },
       { observer: this.deps.observer, recent: this.recent },
     );
-    await this.awaitProjection(outcome.position);
+    await this.awaitProjection(caller, outcome.position);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
   }
 
@@ -137,7 +142,7 @@ export class CommandHandlers {
       },
       { observer: this.deps.observer, recent: this.recent },
     );
-    await this.awaitProjection(outcome.position);
+    await this.awaitProjection(caller, outcome.position);
     // The solutions are already hidden; their own deletion events are written before answering,
     // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
     await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
@@ -177,7 +182,7 @@ export class CommandHandlers {
       },
       { observer: this.deps.observer, recent: this.recent },
     );
-    await this.awaitProjection(outcome.position);
+    await this.awaitProjection(caller, outcome.position);
     const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
     await this.ensureParentSurvived(solution.workspace_id, 'solution');
     return solution;
@@ -195,7 +200,7 @@ export class CommandHandlers {
       },
       { observer: this.deps.observer, recent: this.recent },
     );
-    await this.awaitProjection(outcome.position);
+    await this.awaitProjection(caller, outcome.position);
     return { id };
   }
 
@@ -252,7 +257,7 @@ export class CommandHandlers {
       const earlier = await timed(this.deps.observer, 'wait_earlier_creations', () =>
         budget.spend((timeoutMs) => this.creationOrder.earlierAppended(context.now, timeoutMs)),
       );
-      await budget.spend((timeoutMs) => this.awaitProjection(latestPosition([outcome.position, earlier]), timeoutMs));
+      await budget.spend((timeoutMs) => this.awaitProjection(caller, latestPosition([outcome.position, earlier]), timeoutMs));
       return outcome;
     } finally {
       untrack();
@@ -263,8 +268,14 @@ export class CommandHandlers {
     return { actor: caller.subject, requestId: caller.requestId, now: this.deps.clock(), commandId: caller.commandId };
   }
 
-  private async awaitProjection(position: GlobalPosition | undefined, timeoutMs = this.deps.projectionWaitMs): Promise<void> {
-    if (position) await timed(this.deps.observer, 'wait_projection', () => this.deps.awaitProjection(position, timeoutMs));
+  private async awaitProjection(
+    caller: Caller,
+    position: GlobalPosition | undefined,
+    timeoutMs = this.deps.projectionWaitMs,
+  ): Promise<void> {
+    if (!position) return;
+    const reached = await timed(this.deps.observer, 'wait_projection', () => this.deps.awaitProjection(position, timeoutMs));
+    if (reached === false) caller.onProjectionBehind?.();
   }
 
   private settled<State, Record>(state: State, record: (state: State) => Record | undefined): Record {

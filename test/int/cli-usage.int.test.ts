@@ -13,6 +13,7 @@ const tools = {
   'projections:rebuild': 'src/cli/rebuild.ts',
   'projections:verify': 'src/cli/verify.ts',
   history: 'src/cli/history.ts',
+  'projections:dead-letters': 'src/cli/dead-letters.ts',
 };
 
 /** A usage error: exit code 2 and one line on stderr, nothing that looks like a stack trace. */

@@ -4,6 +4,7 @@ import { idempotencyKeys } from './0003-idempotency-keys.js';
 import { projectorLeader } from './0004-projector-leader.js';
 import { claimsHeldByASession } from './0005-claims-held-by-a-session.js';
 import { appendBatch } from './0006-append-batch.js';
+import { projectionDeadLetters } from './0007-projection-dead-letters.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -16,4 +17,5 @@ export const migrations: readonly Migration[] = [
   projectorLeader,
   claimsHeldByASession,
   appendBatch,
+  projectionDeadLetters,
 ];

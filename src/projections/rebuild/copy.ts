@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { EventStore, GlobalPosition } from '../../eventstore/port.js';
-import { readPage } from '../../eventstore/event-log.js';
+import { readPage, type Page, type SkippedEvents } from '../../eventstore/event-log.js';
 import type { Envelope } from '../../domain/events.js';
 import { applyBatch, type BatchChanges, type LoadedRows } from '../batch.js';
 import { advanceCheckpoint, writeChanges } from '../tables.js';
@@ -24,6 +24,20 @@ export type Batch = {
 
 export type Connections = { writer: pg.Client; solutionWriter: pg.Client; loader: pg.Client };
 
+/**
+ * A page of the log for the rebuild, which follows the live projector's policy: it leaves out the
+ * events operators skipped, and cannot go past one of the service's own it cannot read.
+ */
+export async function readCopyPage(store: EventStore, after: GlobalPosition, batchSize: number, skipped: SkippedEvents): Promise<Page> {
+  const page = await readPage(store, after, batchSize, skipped);
+  if (page.unreadable) {
+    throw new Error(
+      `the rebuild stopped at an event it cannot apply: ${page.unreadable.message}; resolve it with npm run projections:dead-letters`,
+    );
+  }
+  return page;
+}
+
 /** Reads and applies batches until a batch comes back short. */
 export async function catchUp(options: {
   connections: Connections;
@@ -32,12 +46,14 @@ export async function catchUp(options: {
   /** Where the copy is; moved as batches commit. */
   state: CopyState;
   batchSize: number;
+  /** Events operators skipped (projections_dead_letters), left out as the live projector left them out. */
+  skipped: SkippedEvents;
   signal: AbortSignal | undefined;
   progress: () => void;
 }): Promise<void> {
-  const { connections, cache, store, state, batchSize, signal, progress } = options;
+  const { connections, cache, store, state, batchSize, skipped, signal, progress } = options;
   const { writer, solutionWriter, loader } = connections;
-  let reading = readPage(store, state.position, batchSize);
+  let reading = readCopyPage(store, state.position, batchSize, skipped);
   let writing: { batch: Batch; done: Promise<void> } | undefined;
   const settle = async () => {
     if (!writing) return;
@@ -51,16 +67,17 @@ export async function catchUp(options: {
     let from = state.position;
     for (;;) {
       if (signal?.aborted) throw new RebuildAborted();
-      const { events, end: to } = await reading;
+      const { events, end: to, read } = await reading;
       if (!to) break;
-      const full = events.length >= batchSize;
-      reading = full ? readPage(store, to, batchSize) : Promise.resolve({ events: [], end: undefined });
+      // A page that covered `batchSize` events is full even if some were another program's, left out.
+      const full = read >= batchSize;
+      reading = full ? readCopyPage(store, to, batchSize, skipped) : Promise.resolve({ events: [], end: undefined, read: 0 });
       // Awaited in the next round; a failure meanwhile must not count as unhandled.
       reading.catch(() => undefined);
 
       const envelopes = events.map((logged) => logged.event);
       const loaded = await cache.load(loader, envelopes, writing?.batch.changes);
-      const batch = foldBatch({ from, to, count: events.length, envelopes, loaded });
+      const batch = foldBatch({ from, to, count: read, envelopes, loaded });
       cache.remember(batch.changes, loaded);
       await settle();
       writing = { batch, done: writeBatch(writer, solutionWriter, batch) };

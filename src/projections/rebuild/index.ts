@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { startOfLog } from '../../eventstore/port.js';
 import { lockKeys } from '../../infra/lock-keys.js';
 import { connectionSettings } from '../../infra/postgres.js';
+import { skippedPositions } from '../dead-letters.js';
 import { encodePosition } from '../progress.js';
 import { readModelSchema } from '../schema.js';
 import { catchUp } from './copy.js';
@@ -79,6 +80,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     const { rows } = await writer.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [lockKeys.rebuild]);
     if (!rows[0]?.locked) throw new Error('another rebuild is running on this database');
     await dropStaleSchemas(writer, logger);
+    const skipped = await skippedPositions(writer);
 
     await writer.query(`CREATE SCHEMA ${quote(schema)}`);
     schemaCreated = true;
@@ -114,6 +116,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
         store,
         state,
         batchSize,
+        skipped,
         signal,
         progress: () => report('copying'),
       });
@@ -129,7 +132,7 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
       if (signal?.aborted) throw new RebuildAborted();
       await options.beforeSwitch?.();
       report('switching');
-      const switched = await trySwitch({ client: writer, store, schema, tables, state, batchSize, lockTimeoutMs, logger });
+      const switched = await trySwitch({ client: writer, store, schema, tables, state, batchSize, skipped, lockTimeoutMs, logger });
       if (switched) {
         await writer.query('RESET search_path');
         await writer.query(`DROP SCHEMA IF EXISTS ${quote(schema)} CASCADE`);

@@ -1,12 +1,12 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../../eventstore/port.js';
-import { readPage } from '../../eventstore/event-log.js';
+import type { SkippedEvents } from '../../eventstore/event-log.js';
 import { rowsNeeded } from '../batch.js';
 import { encodePosition, progressChannel } from '../progress.js';
 import { loadRows, projectorName } from '../tables.js';
 import { oneAtATime } from '../../infra/postgres.js';
-import { commit, foldBatch, writeBatchInTransaction } from './copy.js';
+import { commit, foldBatch, readCopyPage, writeBatchInTransaction } from './copy.js';
 import type { CopyState } from './types.js';
 
 export const quote = (identifier: string) => pg.escapeIdentifier(identifier);
@@ -25,10 +25,11 @@ export async function trySwitch(options: {
   tables: string[];
   state: CopyState;
   batchSize: number;
+  skipped: SkippedEvents;
   lockTimeoutMs: number;
   logger: Logger;
 }): Promise<{ previous: GlobalPosition; pendingCascades: number } | undefined> {
-  const { client, store, schema, tables, state, batchSize, lockTimeoutMs, logger } = options;
+  const { client, store, schema, tables, state, batchSize, skipped, lockTimeoutMs, logger } = options;
   // Batches applied inside this transaction count only once it commits.
   const tentative: CopyState = { ...state, cascades: new Map(state.cascades) };
   await client.query('BEGIN');
@@ -53,15 +54,15 @@ export async function trySwitch(options: {
     // The rest of the log, up to the head as it stands with the live projector held (what is
     // appended meanwhile is the live projector's once it restarts from the new checkpoint).
     for (;;) {
-      const { events, end } = await readPage(store, tentative.position, batchSize);
+      const { events, end, read } = await readCopyPage(store, tentative.position, batchSize, skipped);
       if (end) {
         const envelopes = events.map((logged) => logged.event);
         const loaded = await loadRows(oneAtATime(client), rowsNeeded(envelopes));
-        const batch = foldBatch({ from: tentative.position, to: end, count: events.length, envelopes, loaded });
+        const batch = foldBatch({ from: tentative.position, to: end, count: read, envelopes, loaded });
         await writeBatchInTransaction(client, batch);
         commit(tentative, batch);
       }
-      if (events.length < batchSize) break;
+      if (read < batchSize) break;
     }
     if (comparePositions(tentative.position, previous) < 0) {
       throw new Error(

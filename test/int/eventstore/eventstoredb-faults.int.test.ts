@@ -3,7 +3,13 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { EventStoreDBEventStore, type EventStoreDBOptions } from '../../../src/eventstore/eventstoredb.js';
-import { EventStoreUnavailable, startOfLog, type NewEvent } from '../../../src/eventstore/port.js';
+import {
+  EventStoreRefused,
+  EventStoreUnavailable,
+  StreamVersionConflict,
+  startOfLog,
+  type NewEvent,
+} from '../../../src/eventstore/port.js';
 import { freePort } from '../../../src/infra/embedded-postgres.js';
 import { EventStoreDBStandIn } from '../../support/eventstoredb-standin/index.js';
 import { RecordWriter, seededRandom } from '../../support/generate.js';
@@ -134,6 +140,36 @@ describe('EventStoreDB adapter under faults (wire-level stand-in)', () => {
     expect(stored.map((event) => event.id)).toEqual([expect.any(String), events[0]!.id, events[1]!.id]);
     expect(retried).toEqual({ version: 3n, position: stored[2]!.position });
     expect((await store.readAll(startOfLog, 100)).filter((event) => event.streamName === 'workspace-lost')).toHaveLength(3);
+  });
+
+  it('makes one round trip per append: a first write, a recognised repeat and a conflict each cost one call and no read', async () => {
+    const { standIn, store } = await standInAndStore();
+    const calls = () => ({ ...standIn.calls });
+    const costOf = async (append: () => Promise<unknown>) => {
+      const before = calls();
+      await append().catch(() => undefined);
+      const after = calls();
+      return {
+        append: after.append - before.append,
+        reads: after['read-stream'] - before['read-stream'] + after['read-all'] - before['read-all'],
+      };
+    };
+    const events = [newEvent(), newEvent('WorkspaceUpdated')];
+    expect(await costOf(() => store.append('workspace-trips', 0n, events))).toEqual({ append: 1, reads: 0 });
+    expect(await costOf(() => store.append('workspace-trips', 0n, events))).toEqual({ append: 1, reads: 0 });
+    expect(await costOf(() => store.append('workspace-trips', 0n, [newEvent()]))).toEqual({ append: 1, reads: 0 });
+    await expect(store.append('workspace-trips', 0n, [newEvent()])).rejects.toBeInstanceOf(StreamVersionConflict);
+  });
+
+  it('reads UNKNOWN as an outage only for an election without a leader; any other UNKNOWN is a refused request', async () => {
+    const { standIn, store } = await standInAndStore();
+    standIn.faults.inject('append', { kind: 'unknown', details: 'No leader info available in response' }, 1);
+    await expectUnavailableWithinBound(() => store.append('workspace-unknown', 0n, [newEvent()]));
+    standIn.faults.inject('append', { kind: 'unknown', details: 'Unexpected OperationResult: InvalidTransaction' }, 1);
+    await expect(store.append('workspace-unknown', 0n, [newEvent()])).rejects.toBeInstanceOf(EventStoreRefused);
+    // A read of $all from a position that is no record's, as KurrentDB answers it.
+    await expect(store.readAll({ commit: 5n, prepare: 5n }, 10)).rejects.toBeInstanceOf(EventStoreRefused);
+    expect((await store.append('workspace-unknown', 0n, [newEvent()])).version).toBe(1n);
   });
 
   describe('the projector while its subscription keeps being dropped', () => {

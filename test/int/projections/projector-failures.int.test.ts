@@ -1,8 +1,16 @@
+import { randomUUID } from 'node:crypto';
+import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
-import { comparePositions } from '../../../src/eventstore/port.js';
+import { comparePositions, startOfLog } from '../../../src/eventstore/port.js';
+import { workspaceStream } from '../../../src/eventstore/stream-names.js';
+import { blockingDeadLetter, listDeadLetters, resolveDeadLetter, skippedPositions } from '../../../src/projections/dead-letters.js';
+import { rebuildReadModel } from '../../../src/projections/rebuild/index.js';
 import { advanceCheckpoint, readCheckpoint } from '../../../src/projections/tables.js';
+import { actualReadModel, compareReadModels, expectedReadModel } from '../../../src/projections/verify.js';
+import { writeRawEvent } from '../../support/foreign-writes.js';
 import { RecordWriter, seededRandom } from '../../support/generate.js';
-import { eventually, startStack, type Stack } from '../../support/stack.js';
+import { eventually, silentLogger, startStack, type Stack } from '../../support/stack.js';
+import { at, metadata, workspaceCreated } from '../../unit/fixtures.js';
 
 async function appendMany(stack: Stack, writer: RecordWriter, count: number): Promise<void> {
   for (let i = 0; i < count; i++) {
@@ -84,5 +92,107 @@ describe('projector failures', () => {
     // A second projector that read the same starting checkpoint must not apply its batch.
     expect(await advanceCheckpoint(stack.pool, start, { commit: 6n, prepare: 1n })).toBe(false);
     expect(comparePositions(await readCheckpoint(stack.pool), next)).toBe(0);
+  });
+});
+
+const lastPosition = async (stack: Stack) => (await stack.store.readAll(startOfLog, 100_000)).at(-1)!.position;
+const caughtUpTo = (stack: Stack, position: Awaited<ReturnType<typeof lastPosition>>) => async () =>
+  comparePositions(await readCheckpoint(stack.pool), position) >= 0;
+
+/**
+ * The projector's policy for an event of the service's own it cannot apply: it stops there (the
+ * read tables stay a faithful prefix of the log), records a dead letter and logs it, and goes on
+ * only when an operator skips it or a retry succeeds. Runs with events in PostgreSQL and in EventStoreDB.
+ */
+describe('dead letters', () => {
+  let stack: Stack;
+  afterEach(() => stack?.close());
+
+  it('stops before an own event it cannot read, and goes on without it only once an operator skips it; rebuild and verify follow', async () => {
+    stack = await startStack();
+    const writer = new RecordWriter('dlq', 'org_dlq', seededRandom(3));
+    await appendMany(stack, writer, 15);
+    const before = await lastPosition(stack);
+    await writeRawEvent(stack.url, workspaceStream('ws_broken'), {
+      type: 'WorkspaceCreated',
+      data: { id: 'ws_broken', name: 7 },
+      metadata: metadata(at('10:00:00.000000')),
+    });
+    await appendMany(stack, writer, 15);
+    const last = await lastPosition(stack);
+
+    const logLines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'warn' }, { write: (line: string) => void logLines.push(JSON.parse(line) as Record<string, unknown>) });
+    stack.runner({ logger, deadLetterPollMs: 20 }).start();
+
+    await eventually(async () => (await blockingDeadLetter(stack.pool)) !== undefined);
+    const deadLetter = (await blockingDeadLetter(stack.pool))!;
+    expect(deadLetter).toMatchObject({
+      streamName: 'workspace-ws_broken',
+      version: 1n,
+      type: 'WorkspaceCreated',
+      attempts: 1,
+      error: expect.stringMatching(/data\.organization_id is missing/),
+    });
+    // Everything before it is applied, nothing after it: a faithful prefix of the log.
+    await eventually(caughtUpTo(stack, before));
+    expect(comparePositions(await readCheckpoint(stack.pool), before)).toBe(0);
+    expect(await stack.differences()).toEqual([]);
+    // Waiting cannot help: a wait for a later position answers at once, unreached.
+    await eventually(() => stack.progress.stopped);
+    expect(await stack.progress.waitFor(last, 600_000)).toBe(false);
+    expect(logLines.find((line) => line.level === 50)).toMatchObject({
+      msg: expect.stringContaining('projector stopped at an event it cannot apply'),
+      stream: 'workspace-ws_broken',
+      version: '1',
+      type: 'WorkspaceCreated',
+      position: expect.stringMatching(/^\d+:\d+$/),
+    });
+
+    // A retry while the cause remains fails again, and says so.
+    await resolveDeadLetter(stack.pool, deadLetter.deadLetterId, { action: 'retry', by: 'ops', note: undefined });
+    await eventually(async () => (await blockingDeadLetter(stack.pool))?.attempts === 2);
+
+    await resolveDeadLetter(stack.pool, deadLetter.deadLetterId, { action: 'skip', by: 'ops', note: 'written by hand' });
+    await eventually(caughtUpTo(stack, last));
+    expect(stack.progress.stopped).toBe(false);
+    expect((await listDeadLetters(stack.pool))[0]).toMatchObject({ resolution: 'skipped', resolvedBy: 'ops', note: 'written by hand' });
+    const skipped = await skippedPositions(stack.pool);
+    const verified = async () =>
+      compareReadModels(await expectedReadModel(stack.store, undefined, skipped), await actualReadModel(stack.pool));
+    expect(await verified()).toEqual([]);
+
+    await rebuildReadModel({ connectionString: stack.url, store: stack.store, logger: silentLogger });
+    expect(await verified()).toEqual([]);
+  });
+
+  it('finds the one event of a failing batch, stops at it, and applies it on a retry once the cause is gone', async () => {
+    stack = await startStack();
+    // The read database refuses the row one event makes: a constraint an operator added, say.
+    await stack.pool.query(`ALTER TABLE workspaces ADD CONSTRAINT no_forbidden_names CHECK (name <> 'forbidden')`);
+    const writer = new RecordWriter('refused', 'org_refused', seededRandom(4));
+    await appendMany(stack, writer, 12);
+    const before = await lastPosition(stack);
+    const refused = workspaceCreated(at('10:00:00.000000'), { id: 'ws_forbidden', organization_id: 'org_refused', name: 'forbidden' });
+    await stack.store.append(workspaceStream('ws_forbidden'), 0n, [{ id: randomUUID(), ...refused }]);
+    await appendMany(stack, writer, 12);
+    const last = await lastPosition(stack);
+
+    stack.runner({ batchSize: 50, deadLetterPollMs: 20 }).start();
+    await eventually(async () => (await blockingDeadLetter(stack.pool)) !== undefined);
+    expect(await blockingDeadLetter(stack.pool)).toMatchObject({
+      streamName: 'workspace-ws_forbidden',
+      type: 'WorkspaceCreated',
+      error: expect.stringContaining('no_forbidden_names'),
+    });
+    await eventually(caughtUpTo(stack, before));
+    expect(comparePositions(await readCheckpoint(stack.pool), before)).toBe(0);
+
+    await stack.pool.query('ALTER TABLE workspaces DROP CONSTRAINT no_forbidden_names');
+    const [deadLetter] = await listDeadLetters(stack.pool);
+    await resolveDeadLetter(stack.pool, deadLetter!.deadLetterId, { action: 'retry', by: 'ops', note: 'constraint dropped' });
+    await eventually(caughtUpTo(stack, last));
+    expect((await listDeadLetters(stack.pool))[0]).toMatchObject({ resolution: 'retried', resolvedBy: 'ops', attempts: 1 });
+    expect(await stack.differences()).toEqual([]);
   });
 });

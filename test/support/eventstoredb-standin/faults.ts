@@ -16,6 +16,12 @@ export type Fault =
    * (a google.rpc.Status "Server Is Not Ready" with no code) or for a single append (UNAVAILABLE).
    */
   | { kind: 'not-ready' }
+  /**
+   * The node answers UNKNOWN with these details, as KurrentDB does both for an election with no
+   * leader known yet ("No leader info available in response", RpcExceptions.NoLeaderInfo) and for
+   * a request it refuses ("Unexpected OperationResult: ...", RpcExceptions.UnknownError).
+   */
+  | { kind: 'unknown'; details: string }
   /** The call is accepted and never answered, past any deadline: only the caller's own timer ends it. */
   | { kind: 'no-answer' }
   /** Appends only: the events are stored, then the call fails as a dropped connection would, so the answer is lost. */

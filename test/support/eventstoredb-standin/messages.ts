@@ -208,6 +208,8 @@ export const errors = {
     }),
   /** `ServerNotReady`: UNAVAILABLE. */
   unavailable: () => withMetadata(status.UNAVAILABLE, 'Server Is Not Ready', {}),
+  /** UNKNOWN: `NoLeaderInfo`, and `UnknownError` for results a call does not expect. */
+  unknown: (details: string) => withMetadata(status.UNKNOWN, details, {}),
   /**
    * A read of `$all` from a position that is not a record's: the enumerator's default branch,
    * `RpcExceptions.UnknownError` (Enumerators/Enumerator.ReadAllForwards.cs).

@@ -58,6 +58,9 @@ function failFirst(context: StreamsContext, fault: Fault | undefined, fail: (err
     case 'not-leader':
       fail(errors.notLeader(fault.leader.host, fault.leader.port));
       return true;
+    case 'unknown':
+      fail(errors.unknown(fault.details));
+      return true;
     case 'no-answer': {
       const open = { end: fail, subscription: false };
       context.open.add(open);
