@@ -25,6 +25,7 @@ import { createClock } from '../src/infra/clock.js';
 import { startConfiguredTracing } from '../src/observability/tracing.js';
 import { startRuntime } from '../src/runtime.js';
 import { decideWorkspace, initialWorkspaceState } from '../src/domain/workspace.js';
+import { percentile } from './statistics.js';
 
 const { values } = parseArgs({
   options: {
@@ -64,11 +65,7 @@ const tracing = values.tracing
 const runtime = await startRuntime(config, logger);
 const clock = createClock();
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
-const summary = (millis: number[]) => {
-  const sorted = [...millis].sort((a, b) => a - b);
-  return { p50: percentile(sorted, 50), p95: percentile(sorted, 95), p99: percentile(sorted, 99) };
-};
+const summary = (millis: number[]) => ({ p50: percentile(millis, 50), p95: percentile(millis, 95), p99: percentile(millis, 99) });
 const fmt = (n: number) => n.toFixed(2);
 
 try {

@@ -16,7 +16,9 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { mintToken } from '../src/api/tokens.js';
 import { freePort, startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
+import { scrape, total, type Scrape } from '../test/support/metrics.js';
 import { testSecret } from '../test/support/secret.js';
+import { percentile } from './statistics.js';
 import { startServiceProcess } from '../test/support/service-process.js';
 
 const { values } = parseArgs({
@@ -129,66 +131,34 @@ async function openLoop(target: Target, scenario: Scenario, perSecond: number, m
   return { count: latencies.length, elapsedMs: performance.now() - started, latencies, failures };
 }
 
-/** Sums and counts of the service's step and request histograms, from its /metrics. */
-async function timings(target: Target): Promise<Map<string, { sum: number; count: number }>> {
-  const text = await (await fetch(`${target.url}/metrics`)).text();
-  const found = new Map<string, { sum: number; count: number }>();
-  const pattern =
-    /^wsapi_(?:command_step_duration_seconds|http_request_duration_seconds)_(sum|count)\{(?:step="([a-z_]+)"|operation="([a-z_]+)",status="200")\} (\S+)$/gm;
-  for (const [, kind, step, operation, value] of text.matchAll(pattern)) {
-    const key = step ?? `request ${operation}`;
-    const entry = found.get(key) ?? { sum: 0, count: 0 };
-    entry[kind as 'sum' | 'count'] = Number(value);
-    found.set(key, entry);
-  }
-  return found;
-}
+const metricsOf = (target: Target) => scrape(`${target.url}/metrics`);
+const steps = ['read', 'decide', 'append', 'wait_earlier_creations', 'wait_projection'];
 
 /** Mean milliseconds per command of each step between two scrapes, and the rest of the request's time. */
-function breakdown(
-  operation: string,
-  before: Map<string, { sum: number; count: number }>,
-  after: Map<string, { sum: number; count: number }>,
-) {
-  const delta = (key: string) => {
-    const [a, b] = [after.get(key), before.get(key)];
-    return { sum: (a?.sum ?? 0) - (b?.sum ?? 0), count: (a?.count ?? 0) - (b?.count ?? 0) };
-  };
-  const request = delta(`request ${operation}`);
-  if (request.count === 0) return '';
-  const perCommand = (sum: number) => ((sum * 1000) / request.count).toFixed(2);
-  const steps = ['read', 'decide', 'append', 'wait_earlier_creations', 'wait_projection'].map((step) => [step, delta(step).sum] as const);
-  const rest = request.sum - steps.reduce((total, [, sum]) => total + sum, 0);
-  return [
-    ...steps.filter(([, sum]) => sum > 0).map(([step, sum]) => `${step} ${perCommand(sum)}`),
-    `rest of the request ${perCommand(rest)}`,
-  ].join(', ');
+function breakdown(operation: string, before: Scrape, after: Scrape): string {
+  const moved = (name: string, labels: Record<string, string>) => total(after, name, labels) - total(before, name, labels);
+  const requests = moved('wsapi_http_request_duration_seconds_count', { operation, status: '200' });
+  if (requests === 0) return '';
+  const perCommand = (seconds: number) => ((seconds * 1000) / requests).toFixed(2);
+  const spent = steps.map((step) => [step, moved('wsapi_command_step_duration_seconds_sum', { step })] as const);
+  const rest = moved('wsapi_http_request_duration_seconds_sum', { operation, status: '200' }) - spent.reduce((sum, [, s]) => sum + s, 0);
+  return [...spent.filter(([, s]) => s > 0).map(([step, s]) => `${step} ${perCommand(s)}`), `rest of the request ${perCommand(rest)}`].join(
+    ', ',
+  );
 }
 
-/** Cumulative counts of the service's wait_projection histogram, by upper bound in seconds. */
-async function waitBuckets(target: Target): Promise<Map<number, number>> {
-  const text = await (await fetch(`${target.url}/metrics`)).text();
-  const buckets = new Map<number, number>();
-  for (const [, bound, count] of text.matchAll(
-    /^wsapi_command_step_duration_seconds_bucket\{le="([^"]+)",step="wait_projection"\} (\S+)$/gm,
-  )) {
-    buckets.set(bound === '+Inf' ? Infinity : Number(bound), Number(count));
-  }
-  return buckets;
+/** The smallest bucket bound under which `q` of the projection waits between two scrapes fell, as "≤ N ms". */
+function waitQuantile(before: Scrape, after: Scrape, q: number): string {
+  const name = 'wsapi_command_step_duration_seconds_bucket';
+  const below = (le: string) => total(after, name, { step: 'wait_projection', le }) - total(before, name, { step: 'wait_projection', le });
+  const bounds = (after.series.get(name)?.metrics ?? [])
+    .filter((sample) => sample.labels?.step === 'wait_projection')
+    .map((sample) => sample.labels!.le!)
+    .sort((a, b) => Number(a) - Number(b));
+  const bound = bounds.find((le) => below(le) >= q * below('+Inf'));
+  return bound === undefined || bound === '+Inf' ? 'over the largest bucket' : `≤ ${Number(bound) * 1000} ms`;
 }
 
-/** The smallest bucket bound under which `q` of the waits between two scrapes fell, as "≤ N ms". */
-function bucketQuantile(before: Map<number, number>, after: Map<number, number>, q: number): string {
-  const bounds = [...after.keys()].sort((a, b) => a - b);
-  const total = (after.get(Infinity) ?? 0) - (before.get(Infinity) ?? 0);
-  const bound = bounds.find((le) => (after.get(le) ?? 0) - (before.get(le) ?? 0) >= q * total);
-  return bound === undefined || bound === Infinity ? 'over the largest bucket' : `≤ ${bound * 1000} ms`;
-}
-
-const percentile = (values: number[], p: number) => {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? NaN;
-};
 const merge = (samples: Sample[]): Sample => ({
   count: samples.reduce((sum, s) => sum + s.count, 0),
   elapsedMs: samples.reduce((sum, s) => sum + s.elapsedMs, 0),
@@ -262,7 +232,7 @@ try {
     // Warm-up, not counted: connections, JIT, caches.
     for (const target of targets) await closedLoop(target, scenario, 1000, counters[target.name]);
     const samples: Record<Target['name'], Sample[]> = { service: [], baseline: [] };
-    const before = await timings(targets[0]!);
+    const before = await metricsOf(targets[0]!);
     for (let round = 0; round < rounds; round++) {
       const order = round % 2 === 0 ? targets : [...targets].reverse();
       for (const target of order) samples[target.name].push(await closedLoop(target, scenario, seconds * 1000, counters[target.name]));
@@ -270,8 +240,8 @@ try {
     const result = { service: merge(samples.service), baseline: merge(samples.baseline) };
     measured.set(scenario.name, result);
     report(scenario.name, result);
-    const steps = breakdown(scenario.name, before, await timings(targets[0]!));
-    if (steps) stepLines.push(`  ${scenario.name}: ${steps}`);
+    const spent = breakdown(scenario.name, before, await metricsOf(targets[0]!));
+    if (spent) stepLines.push(`  ${scenario.name}: ${spent}`);
   }
 
   // Commands at 70 % of the service's own maximum create rate, on both: latency under load, not at saturation.
@@ -286,16 +256,15 @@ try {
   report(`create at ${Math.round(rate)}/s`, { service: merge(atRate.service), baseline: merge(atRate.baseline) }, true);
   // Projection lag at half the service's maximum create rate: how long commands waited for the
   // projector to apply their events (commit to applied), from the service's step histogram.
-  const lagBefore = await waitBuckets(targets[0]!);
+  const lagBefore = await metricsOf(targets[0]!);
   await openLoop(targets[0]!, scenarios[0]!, 0.5 * throughput(measured.get('create_workspace')!.service), seconds * 1000, { next: 2e9 });
-  const lagAfter = await waitBuckets(targets[0]!);
-  const rss = /^wsapi_process_resident_memory_bytes (\S+)$/m.exec(await (await fetch(`${targets[0]!.url}/metrics`)).text())?.[1];
+  const lagAfter = await metricsOf(targets[0]!);
   console.log(
-    `projection lag at ${Math.round(0.5 * throughput(measured.get('create_workspace')!.service))} creates/s: p50 ${bucketQuantile(lagBefore, lagAfter, 0.5)}, ` +
-      `p99 ${bucketQuantile(lagBefore, lagAfter, 0.99)} (commit to applied, as commands waited for it; histogram bucket bounds)`,
+    `projection lag at ${Math.round(0.5 * throughput(measured.get('create_workspace')!.service))} creates/s: p50 ${waitQuantile(lagBefore, lagAfter, 0.5)}, ` +
+      `p99 ${waitQuantile(lagBefore, lagAfter, 0.99)} (commit to applied, as commands waited for it; histogram bucket bounds)`,
   );
   console.log(
-    `service RSS at the end: ${(Number(rss) / 2 ** 20).toFixed(0)} MiB, after ${targets[0]!.ids.length} creations and every request above`,
+    `service RSS at the end: ${(total(lagAfter, 'wsapi_process_resident_memory_bytes') / 2 ** 20).toFixed(0)} MiB, after ${targets[0]!.ids.length} creations and every request above`,
   );
   console.log('where a service command spends its time, mean ms per command (from its /metrics):');
   for (const line of stepLines) console.log(line);

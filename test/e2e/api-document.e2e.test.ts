@@ -6,7 +6,7 @@ import { openApiDocument } from '../../src/api/openapi.js';
 import { operations } from '../../src/api/operations.js';
 import { schemaRefFor } from '../support/openapi-conformance.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { allScopes, jsonHeaders, ok, rawPost } from './helpers.js';
+import { allScopes, expectError, jsonHeaders, ok, rawPost } from './helpers.js';
 
 /** Debian's chromium (what `.ci/run` installs), or another one named by CHROMIUM_PATH. */
 const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
@@ -25,6 +25,17 @@ describe('the API document and the docs page', () => {
     expect(response.status).toBe(200);
     expect(response.headers.get('content-type')).toMatch(/^application\/json/);
     expect(await response.json()).toEqual(JSON.parse(JSON.stringify(openApiDocument(version))));
+  });
+
+  it('answers the documentation endpoints with a request id, and an unknown file under /docs with the 404 error body', async () => {
+    for (const path of ['/openapi.json', '/docs', '/docs/init.js', '/docs/swagger-ui.css']) {
+      const response = await fetch(`${service.url}${path}`, { headers: { 'x-request-id': 'docs-check-1' } });
+      expect([path, response.status, response.headers.get('x-request-id')]).toEqual([path, 200, 'docs-check-1']);
+    }
+    for (const path of ['/docs/swagger-ui.js.map', '/docs/../package.json', '/docs/']) {
+      const response = await rawPost(service, undefined, {}, path, 'GET');
+      expectError(response, 404, 'not_found');
+    }
   });
 
   it('describes every answer of every operation: successes and each error kind, as checked by Ajv', async () => {
