@@ -18,6 +18,7 @@ import { Metrics, projectionLagProbeLimit } from './observability/metrics.js';
 import { deadLetterCounts } from './projections/dead-letters.js';
 import { measureProjectionLag, ProjectionProgress } from './projections/progress.js';
 import { ProjectionRunner } from './projections/runner.js';
+import { PostgresEventStore } from './eventstore/postgres.js';
 import { checkReadiness } from './readiness.js';
 import { getSolution, listSolutions } from './read/solutions.js';
 import { getWorkspace, listWorkspaces } from './read/workspaces.js';
@@ -94,6 +95,8 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       },
     });
     if (options.runProjector ?? true) projector.start();
+    // Appends wake this process's projector directly; other instances hear of them only while theirs is active.
+    if (stores.store instanceof PostgresEventStore) stores.store.readLocally(() => projector.isActive);
 
     const commands = new CommandHandlers({
       store,

@@ -1,5 +1,4 @@
-import type { Pool } from '../infra/postgres.js';
-import { isConnectionError, type PgListener } from '../infra/postgres.js';
+import { isConnectionError, named, type PgListener, type Pool } from '../infra/postgres.js';
 import {
   EventStoreUnavailable,
   StreamVersionConflict,
@@ -68,13 +67,25 @@ export class PostgresEventStore implements EventStore {
    */
   private appendedUnseen = false;
 
+  /** The waits for events of this process (its projector's), woken by an append here or a notification. */
+  private readonly waiting = new Set<() => void>();
+
+  /**
+   * Whether this process's own projector is the one reading the log (see `readLocally`): then its
+   * appends wake it here, and no other process needs a notification.
+   */
+  private readerIsHere: () => boolean = () => false;
+
   constructor(
     private readonly pool: Pool,
     private readonly listener: PgListener,
   ) {
-    listener.on(appendedChannel, () => {
-      this.appendedUnseen = true;
-    });
+    listener.on(appendedChannel, () => this.wake());
+  }
+
+  /** Tells the store how to know that the active projector is this process's (it then skips the NOTIFY after each append). */
+  readLocally(readerIsHere: () => boolean): void {
+    this.readerIsHere = readerIsHere;
   }
 
   /**
@@ -112,15 +123,17 @@ export class PostgresEventStore implements EventStore {
     let rows: { index: number; appended: boolean; transaction_id: string | null; last_position: string | null }[];
     try {
       ({ rows } = await this.guard(() =>
-        this.pool.query<(typeof rows)[number]>('SELECT * FROM es_append_batch($1::jsonb)', [
-          JSON.stringify(
-            batch.map(({ streamName, expectedVersion, events }) => ({
-              stream: streamName,
-              expected: expectedVersion.toString(),
-              events: events.map(({ id, type, data, metadata }) => ({ id, type, data, metadata })),
-            })),
-          ),
-        ]),
+        this.pool.query<(typeof rows)[number]>(
+          named('SELECT * FROM es_append_batch($1::jsonb)', [
+            JSON.stringify(
+              batch.map(({ streamName, expectedVersion, events }) => ({
+                stream: streamName,
+                expected: expectedVersion.toString(),
+                events: events.map(({ id, type, data, metadata }) => ({ id, type, data, metadata })),
+              })),
+            ),
+          ]),
+        ),
       ));
     } catch (error) {
       // One append's failure must not fail the others: each is sent again alone, unless the store is
@@ -148,7 +161,7 @@ export class PostgresEventStore implements EventStore {
 
   async readStream(streamName: string): Promise<RecordedEvent[]> {
     const { rows } = await this.guard(() =>
-      this.pool.query<EventRow>(`SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 ORDER BY version`, [streamName]),
+      this.pool.query<EventRow>(named(`SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 ORDER BY version`, [streamName])),
     );
     return rows.map(toRecordedEvent);
   }
@@ -156,12 +169,14 @@ export class PostgresEventStore implements EventStore {
   async readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
     const { rows } = await this.guard(() =>
       this.pool.query<EventRow>(
-        `SELECT ${eventColumns} FROM es_events
-         WHERE (transaction_id, position) > ($1::text::xid8, $2::bigint)
-           AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
-         ORDER BY transaction_id, position
-         LIMIT $3`,
-        [after.commit.toString(), after.prepare.toString(), limit],
+        named(
+          `SELECT ${eventColumns} FROM es_events
+           WHERE (transaction_id, position) > ($1::text::xid8, $2::bigint)
+             AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+           ORDER BY transaction_id, position
+           LIMIT $3`,
+          [after.commit.toString(), after.prepare.toString(), limit],
+        ),
       ),
     );
     return rows.map(toRecordedEvent);
@@ -176,11 +191,17 @@ export class PostgresEventStore implements EventStore {
         resolve();
       };
       const timer = setTimeout(done, timeoutMs);
-      const unsubscribe = this.listener.on(appendedChannel, done);
+      this.waiting.add(done);
+      const unsubscribe = () => this.waiting.delete(done);
       signal.addEventListener('abort', done);
       if (signal.aborted || this.appendedUnseen) done();
       this.appendedUnseen = false;
     });
+  }
+
+  private wake(): void {
+    this.appendedUnseen = true;
+    for (const done of this.waiting) done();
   }
 
   async ping(): Promise<void> {
@@ -192,12 +213,16 @@ export class PostgresEventStore implements EventStore {
   }
 
   /**
-   * Wakes projectors (in any instance) after an append. Sent after the commit, coalesced, from the
-   * listener's own connection: a NOTIFY inside the append transaction takes PostgreSQL's
-   * notify-queue lock at every commit and serialises all appends (measured with `npm run bench`).
+   * Wakes the projector after an append: in this process directly, and in another instance by a
+   * NOTIFY, sent only while the active projector is not this process's own. The NOTIFY goes after
+   * the commit, coalesced, from the listener's own connection: inside the append transaction it
+   * would take PostgreSQL's notify-queue lock at every commit and serialise all appends (measured
+   * with `npm run bench`). Should leadership move meanwhile, the new leader reads at its start and
+   * polls: a skipped notification is only a later wake-up.
    */
   private announceAppend(): void {
-    this.listener.notify(appendedChannel);
+    this.wake();
+    if (!this.readerIsHere()) this.listener.notify(appendedChannel);
   }
 
   /** A retry of an append that already succeeded (same event ids at the same version) answers as it did. */

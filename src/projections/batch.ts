@@ -1,5 +1,7 @@
 import { assertNever } from '../domain/command.js';
 import type { Envelope } from '../domain/events.js';
+import type { LoggedEvent } from '../eventstore/event-log.js';
+import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import { evolveSolutionRow, type SolutionRow } from './solutions-table.js';
 import { evolveWorkspaceRow, type WorkspaceRow } from './workspaces-table.js';
 
@@ -51,6 +53,23 @@ export function rowsNeeded(events: Envelope[]): RowsNeeded {
     }
   }
   return { workspaceIds: [...workspaceIds], solutionIds: [...solutionIds], workspacesDeleted: [...workspacesDeleted] };
+}
+
+/**
+ * The rows a batch reads that may be in the tables: a record whose stream begins in the batch
+ * (version 1) has no row yet, nor has a workspace begun there any solution stored (a solution is
+ * shown only when created after its workspace). Under a load of creations most batches load nothing.
+ */
+export function rowsToLoad(events: LoggedEvent[]): RowsNeeded {
+  const needed = rowsNeeded(events.map((logged) => logged.event));
+  const begun = new Set(events.flatMap((logged) => (logged.version === 1n ? [logged.streamName] : [])));
+  if (begun.size === 0) return needed;
+  const stored = (streamOf: (id: string) => string) => (id: string) => !begun.has(streamOf(id));
+  return {
+    workspaceIds: needed.workspaceIds.filter(stored(workspaceStream)),
+    solutionIds: needed.solutionIds.filter(stored(solutionStream)),
+    workspacesDeleted: needed.workspacesDeleted.filter(stored(workspaceStream)),
+  };
 }
 
 /** Folds a batch of events, in global order, over the rows they touch. Pure. */

@@ -4,8 +4,7 @@ import { readPage, type EventAddress, type LoggedEvent } from '../eventstore/eve
 import { comparePositions, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings, isConnectionError } from '../infra/postgres.js';
-import type { Envelope } from '../domain/events.js';
-import { applyBatch, rowsNeeded, type BatchChanges } from './batch.js';
+import { applyBatch, rowsToLoad, type BatchChanges } from './batch.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
 import { loadRows, readCheckpoint, writeChanges } from './tables.js';
@@ -163,12 +162,7 @@ export class ProjectionRunner {
         const started = performance.now();
         let changes: BatchChanges;
         try {
-          changes = await this.applyInTransaction(
-            client,
-            checkpoint,
-            last,
-            events.map((logged) => logged.event),
-          );
+          changes = await this.applyInTransaction(client, checkpoint, last, events);
         } catch (error) {
           // A page of only foreign events applies nothing: its failure is not an event's.
           if (!failedOnItsEvents(error) || events.length === 0) throw error;
@@ -236,10 +230,19 @@ export class ProjectionRunner {
     return skipped.position;
   }
 
-  private async applyInTransaction(client: pg.Client, from: GlobalPosition, to: GlobalPosition, events: Envelope[]): Promise<BatchChanges> {
+  private async applyInTransaction(
+    client: pg.Client,
+    from: GlobalPosition,
+    to: GlobalPosition,
+    events: LoggedEvent[],
+  ): Promise<BatchChanges> {
     await client.query('BEGIN');
     try {
-      const changes = applyBatch(events, await loadRows(client, rowsNeeded(events)));
+      const loaded = await loadRows(client, rowsToLoad(events));
+      const changes = applyBatch(
+        events.map((logged) => logged.event),
+        loaded,
+      );
       const moved = await writeChanges(client, changes, { from, to, notify: { channel: progressChannel, payload: encodePosition(to) } });
       if (!moved) throw new LostLeadership('the checkpoint was moved by another projector');
       await this.options.beforeCommit?.();

@@ -1,4 +1,4 @@
-import { isoMicros, type PoolClient } from '../infra/postgres.js';
+import { isoMicros, named, type PoolClient } from '../infra/postgres.js';
 import { comparePositions, startOfLog, type GlobalPosition } from '../eventstore/port.js';
 import type { BatchChanges, LoadedRows, RowsNeeded } from './batch.js';
 import type { SolutionRow } from './solutions-table.js';
@@ -20,11 +20,11 @@ export async function loadRows(db: Queryable, needed: RowsNeeded): Promise<Loade
   const workspaces =
     needed.workspaceIds.length === 0
       ? []
-      : (await db.query<WorkspaceRow>(`SELECT ${workspaceColumns} FROM workspaces WHERE id = ANY($1)`, [needed.workspaceIds])).rows;
+      : (await db.query<WorkspaceRow>(named(`SELECT ${workspaceColumns} FROM workspaces WHERE id = ANY($1)`, [needed.workspaceIds]))).rows;
   const solutions =
     needed.solutionIds.length === 0
       ? []
-      : (await db.query<SolutionRow>(`SELECT ${solutionColumns} FROM solutions WHERE id = ANY($1)`, [needed.solutionIds])).rows;
+      : (await db.query<SolutionRow>(named(`SELECT ${solutionColumns} FROM solutions WHERE id = ANY($1)`, [needed.solutionIds]))).rows;
   // Solutions of deleted workspaces are only removed: their keys suffice, not their (large) documents.
   const hidden =
     needed.workspacesDeleted.length === 0
@@ -128,7 +128,7 @@ export async function writeChanges(db: Queryable, changes: BatchChanges, move?: 
   const answer = move?.notify
     ? `SELECT pg_notify(${parameter(move.notify.channel)}, ${parameter(move.notify.payload)}) FROM moved`
     : 'SELECT FROM moved';
-  const { rowCount } = await db.query(`WITH ${steps.join(',\n')} ${answer}`, parameters);
+  const { rowCount } = await db.query(named(`WITH ${steps.join(',\n')} ${answer}`, parameters));
   return rowCount === 1;
 }
 

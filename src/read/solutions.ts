@@ -1,13 +1,12 @@
-import type { Pool } from '../infra/postgres.js';
+import { named, type Pool } from '../infra/postgres.js';
 import type { SolutionRow } from '../projections/solutions-table.js';
 import { solutionColumns } from '../projections/tables.js';
 import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from './pages.js';
 
 export async function getSolution(pool: Pool, id: string, organizations: readonly string[]): Promise<SolutionRow | undefined> {
-  const { rows } = await pool.query<SolutionRow>(`SELECT ${solutionColumns} FROM solutions WHERE id = $1 AND organization_id = ANY($2)`, [
-    id,
-    organizations,
-  ]);
+  const { rows } = await pool.query<SolutionRow>(
+    named(`SELECT ${solutionColumns} FROM solutions WHERE id = $1 AND organization_id = ANY($2)`, [id, organizations]),
+  );
   return rows[0];
 }
 
@@ -28,15 +27,17 @@ export async function listSolutions(
       ? pageIdsAcrossOrganizations('solutions', organizations, 4)
       : 'SELECT id FROM solutions WHERE workspace_id = $4 AND organization_id = ANY($1) ORDER BY created_at, id OFFSET $2 LIMIT $3';
   const { rows } = await pool.query<SolutionRow & { total: string; sort_at: unknown }>(
-    `WITH page AS (${pageIds})
+    named(
+      `WITH page AS (${pageIds})
      SELECT c.total, s.* FROM (${total}) c
        LEFT JOIN LATERAL (
          SELECT ${solutionColumns}, created_at AS sort_at FROM page JOIN solutions USING (id)
        ) s ON true
      ORDER BY s.sort_at, s.id`,
-    workspaceId === undefined
-      ? [organizations, offsetOf(request), request.size, ...organizations]
-      : [organizations, offsetOf(request), request.size, workspaceId],
+      workspaceId === undefined
+        ? [organizations, offsetOf(request), request.size, ...organizations]
+        : [organizations, offsetOf(request), request.size, workspaceId],
+    ),
   );
   return toPage(rows, request, (row) => row.id !== null);
 }

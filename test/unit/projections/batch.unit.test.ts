@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import { applyBatch, rowsNeeded, type BatchChanges, type CountDelta, type LoadedRows } from '../../../src/projections/batch.js';
+import { applyBatch, rowsNeeded, rowsToLoad, type BatchChanges, type CountDelta, type LoadedRows } from '../../../src/projections/batch.js';
+import type { Envelope } from '../../../src/domain/events.js';
+import type { LoggedEvent } from '../../../src/eventstore/event-log.js';
 import type { SolutionRow } from '../../../src/projections/solutions-table.js';
 import type { WorkspaceRow } from '../../../src/projections/workspaces-table.js';
 import {
@@ -80,6 +82,38 @@ describe('rowsNeeded', () => {
     expect(sortedIds(needed.workspaceIds)).toEqual(['ws_del', 'ws_new', 'ws_parent', 'ws_upd']);
     expect(sortedIds(needed.solutionIds)).toEqual(['sol_del', 'sol_new', 'sol_upd']);
     expect(needed.workspacesDeleted).toEqual(['ws_del']);
+  });
+});
+
+describe('rowsToLoad', () => {
+  const logged = (event: Envelope, streamName: string, version: bigint, index: number): LoggedEvent => ({
+    event,
+    id: `event-${index}`,
+    streamName,
+    version,
+    position: { commit: 1n, prepare: BigInt(index) },
+  });
+
+  it('leaves out the records whose stream begins in the batch, and the solutions of a workspace begun there', () => {
+    const needed = rowsToLoad([
+      logged(workspaceCreated(at('10:00:00.000000'), { id: 'ws_new' }), 'workspace-ws_new', 1n, 1),
+      logged(solutionCreated(at('10:00:01.000000'), { id: 'sol_new', workspace_id: 'ws_new' }), 'solution-sol_new', 1n, 2),
+      logged(solutionCreated(at('10:00:02.000000'), { id: 'sol_other', workspace_id: 'ws_old' }), 'solution-sol_other', 1n, 3),
+      logged(solutionUpdated(at('10:00:03.000000'), { id: 'sol_old' }), 'solution-sol_old', 4n, 4),
+      logged(workspaceDeleted(at('10:00:04.000000'), { id: 'ws_new' }), 'workspace-ws_new', 2n, 5),
+      logged(workspaceDeleted(at('10:00:05.000000'), { id: 'ws_gone' }), 'workspace-ws_gone', 3n, 6),
+    ]);
+    expect(sortedIds(needed.workspaceIds)).toEqual(['ws_gone', 'ws_old']);
+    expect(needed.solutionIds).toEqual(['sol_old']);
+    expect(needed.workspacesDeleted).toEqual(['ws_gone']);
+  });
+
+  it('loads what rowsNeeded asks for when no stream begins in the batch', () => {
+    const events = [
+      logged(workspaceUpdated(at('10:00:00.000000'), { id: 'ws_1' }), 'workspace-ws_1', 2n, 1),
+      logged(solutionDeleted(at('10:00:01.000000'), { id: 'sol_1' }), 'solution-sol_1', 5n, 2),
+    ];
+    expect(rowsToLoad(events)).toEqual(rowsNeeded(events.map((entry) => entry.event)));
   });
 });
 

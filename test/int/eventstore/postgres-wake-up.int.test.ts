@@ -1,0 +1,75 @@
+import { randomUUID } from 'node:crypto';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startOfLog } from '../../../src/eventstore/port.js';
+import { PostgresEventStore } from '../../../src/eventstore/postgres.js';
+import { migrate } from '../../../src/infra/migrate.js';
+import { createPool, PgListener } from '../../../src/infra/postgres.js';
+import { createTestDatabase } from '../../support/database.js';
+
+const logger = pino({ level: 'silent' });
+
+/** Two instances of the service on one database: each its own pool, listener and store. */
+describe('PostgreSQL event store: waking the projector after an append', () => {
+  const instances: { store: PostgresEventStore; close: () => Promise<void> }[] = [];
+  let url: string;
+
+  beforeAll(async () => {
+    url = await createTestDatabase();
+    const pool = createPool(url, logger, 2);
+    await migrate(pool, { eventStore: true });
+    await pool.end();
+  });
+
+  afterAll(async () => {
+    for (const instance of instances) await instance.close();
+  });
+
+  async function instance(): Promise<PostgresEventStore> {
+    const pool = createPool(url, logger, 4);
+    const listener = new PgListener(url, logger);
+    await listener.start();
+    const store = new PostgresEventStore(pool, listener);
+    instances.push({
+      store,
+      close: async () => {
+        await listener.close();
+        await pool.end();
+      },
+    });
+    return store;
+  }
+
+  const append = (store: PostgresEventStore) =>
+    store.append(`workspace-ws_${randomUUID()}`, 0n, [{ id: randomUUID(), type: 'WorkspaceCreated', data: {}, metadata: {} }]);
+
+  /** How long a wait of at most `timeoutMs` lasted. */
+  async function waitOn(store: PostgresEventStore, timeoutMs: number): Promise<number> {
+    const started = performance.now();
+    await store.waitForEvents(startOfLog, timeoutMs, new AbortController().signal);
+    return performance.now() - started;
+  }
+
+  it('wakes the projector of another instance by a notification while the active one is not its own', async () => {
+    const writer = await instance();
+    const reader = await instance();
+    writer.readLocally(() => false);
+
+    const waited = waitOn(reader, 30_000);
+    await append(writer);
+    expect(await waited).toBeLessThan(10_000);
+  });
+
+  it('wakes its own projector directly, and sends no notification, while the active one is its own', async () => {
+    const writer = await instance();
+    const elsewhere = await instance();
+    writer.readLocally(() => true);
+
+    const ownWait = waitOn(writer, 30_000);
+    const elsewhereWait = waitOn(elsewhere, 1500);
+    await append(writer);
+    expect(await ownWait).toBeLessThan(10_000);
+    // Only its timeout ends the other instance's wait: no notification reached it.
+    expect(await elsewhereWait).toBeGreaterThanOrEqual(1400);
+  });
+});
