@@ -369,6 +369,11 @@ try {
       `(copy ${(copyDoneAt / 1000).toFixed(2)} s, switch ${((result.elapsedMs - copyDoneAt) / 1000).toFixed(2)} s, batch size ${batchSize}); ` +
       `read tables: ${integer.format(Number(counts.w))} workspaces, ${integer.format(Number(counts.s))} solutions`,
   );
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+  out(
+    `phases: ${result.bulk ? 'bulk load' : 'batch copy'} ${seconds(result.phases.loadMs)}, index builds and ANALYZE ${seconds(result.phases.indexesMs)}, ` +
+      `catch-up ${seconds(result.phases.catchUpMs)}, switch ${seconds(result.phases.switchMs)}`,
+  );
   const nodeCpu = process.cpuUsage(cpuBefore.node);
   const postgresAfter = postgresTicks(postmaster);
   const machine = machineTicks();

@@ -6,6 +6,7 @@ import { connectionSettings } from '../../infra/postgres.js';
 import { skippedPositions } from '../dead-letters.js';
 import { encodePosition } from '../progress.js';
 import { readModelSchema } from '../schema.js';
+import { bulkLoad } from './bulk.js';
 import { catchUp } from './copy.js';
 import { RowCache } from './row-cache.js';
 import { quote, sleep, trySwitch } from './switch-over.js';
@@ -87,14 +88,17 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     await writer.query(`SET search_path TO ${quote(schema)}`);
     await writer.query(readModelSchema);
     const tables = await swappedTables(writer, schema);
-    const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema);
+    const readLogByStream = store.readLogByStream?.bind(store);
+    // The bulk load reads no rows back: it needs no index but the primary keys.
+    const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema, readLogByStream ? [] : ['workspace_id']);
     logger.info({ schema, tables, deferredIndexes: deferredIndexes.map((index) => index.name) }, 'rebuild schema created');
-    for (let i = 0; i < 2; i++) {
+    // One more connection for the bulk load, which writes four tables side by side.
+    for (let i = 0; i < (readLogByStream ? 3 : 2); i++) {
       const helper = await connect();
       helpers.push(helper);
       await helper.query(`SET search_path TO ${quote(schema)}`);
     }
-    const [solutionWriter, loader] = helpers as [pg.Client, pg.Client];
+    const [solutionWriter, loader, bulkWriter] = helpers as [pg.Client, pg.Client, pg.Client | undefined];
 
     // The estimate only sizes the progress bar; without it progress shows counts.
     let total = await options.estimateTotal?.().catch(() => undefined);
@@ -120,11 +124,31 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
         signal,
         progress: () => report('copying'),
       });
-    await copy();
+    const loadStarted = performance.now();
+    if (readLogByStream && bulkWriter) {
+      const loaded = await bulkLoad({
+        store,
+        read: readLogByStream,
+        connections: { workspaces: writer, activity: bulkWriter, solutions: solutionWriter, creations: loader },
+        skipped,
+        progressEvery: batchSize,
+        progress: (events) => {
+          state.done = events;
+          report('copying');
+          if (signal?.aborted) throw new RebuildAborted();
+        },
+      });
+      Object.assign(state, { position: loaded.position ?? startOfLog, done: loaded.events, cascades: loaded.cascades });
+    } else {
+      await copy();
+    }
+    const indexesStarted = performance.now();
     // Indexes only the readers need are built once, over the bulk of the rows, then kept up.
     for (const index of deferredIndexes) await writer.query(index.definition);
     for (const table of tables) await writer.query(`ANALYZE ${quote(table)}`);
+    const catchUpStarted = performance.now();
     await copy();
+    const switchStarted = performance.now();
 
     const maxAttempts = options.maxSwitchAttempts ?? 200;
     const lockTimeoutMs = await lockTimeoutFor(writer);
@@ -141,6 +165,13 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
         report('done');
         const elapsedMs = performance.now() - started;
         const result: RebuildResult = {
+          bulk: Boolean(readLogByStream),
+          phases: {
+            loadMs: indexesStarted - loadStarted,
+            indexesMs: catchUpStarted - indexesStarted,
+            catchUpMs: switchStarted - catchUpStarted,
+            switchMs: performance.now() - switchStarted,
+          },
           schema,
           events: state.done,
           previousPosition: switched.previous,
@@ -203,20 +234,24 @@ async function swappedTables(client: pg.Client, schema: string): Promise<string[
 }
 
 /**
- * Drops the indexes the projector does not read through (only readers do) and returns their
+ * Drops the indexes the load does not read through (only readers do) and returns their
  * definitions to build after the bulk copy: maintaining them row by row costs a third of the
- * writes. Kept: unique ones (primary keys) and those on `workspace_id` (a workspace's deletion
- * loads its solutions by it).
+ * writes. Kept: unique ones (primary keys) and those on a first column in `keptColumns` (the copy
+ * keeps `workspace_id`'s: a workspace's deletion loads its solutions by it).
  */
-async function dropIndexesNotNeededToLoad(client: pg.Client, schema: string): Promise<{ name: string; definition: string }[]> {
+async function dropIndexesNotNeededToLoad(
+  client: pg.Client,
+  schema: string,
+  keptColumns: string[],
+): Promise<{ name: string; definition: string }[]> {
   const { rows } = await client.query<{ name: string; definition: string }>(
     `SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition
      FROM pg_index i
      JOIN pg_class c ON c.oid = i.indexrelid
      JOIN pg_namespace n ON n.oid = c.relnamespace
      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-     WHERE n.nspname = $1 AND NOT i.indisunique AND a.attname <> 'workspace_id'`,
-    [schema],
+     WHERE n.nspname = $1 AND NOT i.indisunique AND NOT (a.attname = ANY($2))`,
+    [schema, keptColumns],
   );
   for (const index of rows) await client.query(`DROP INDEX ${quote(schema)}.${quote(index.name)}`);
   return rows;
