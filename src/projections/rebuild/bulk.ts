@@ -73,8 +73,7 @@ export async function bulkLoad(options: {
   // The catch-up moves the rebuild's checkpoint from where the load got.
   if (loaded.position) await advanceCheckpoint(connections.workspaces, startOfLog, loaded.position);
   const cascades = await hideSolutionsOfInactiveWorkspaces(connections.workspaces);
-  await countPerOrganization(connections.workspaces);
-  await countPerWorkspace(connections.workspaces);
+  await Promise.all([countPerOrganization(connections.workspaces), countPerWorkspace(connections.solutions)]);
   await dropStagingTables(connections.workspaces);
   return { ...loaded, cascades };
 }

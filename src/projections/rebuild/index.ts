@@ -65,8 +65,12 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     await client.connect();
     // Parallel workers would take the cores the service and the rebuild's own pipeline use, for
     // scans of a few thousand rows by key; and the tables being built are in memory. A rebuild
-    // that dies half-way is thrown away, so its commits need not wait for the disk.
-    await client.query('SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off; SET synchronous_commit = off');
+    // that dies half-way is thrown away, so its commits need not wait for the disk. The bulk
+    // load's counts and the deferred index builds sort or group whole tables: in memory, not spilled.
+    await client.query(
+      `SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off; SET synchronous_commit = off;
+       SET work_mem = '64MB'; SET maintenance_work_mem = '256MB'`,
+    );
     return client;
   };
   // Three connections: the writer writes workspaces, counts and the checkpoint (and does the
@@ -143,9 +147,12 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
       await copy();
     }
     const indexesStarted = performance.now();
-    // Indexes only the readers need are built once, over the bulk of the rows, then kept up.
-    for (const index of deferredIndexes) await writer.query(index.definition);
-    for (const table of tables) await writer.query(`ANALYZE ${quote(table)}`);
+    // Indexes only the readers need are built once, over the bulk of the rows, then kept up; side
+    // by side on the connections the copy uses next, as is ANALYZE.
+    await onEachConnection(
+      [writer, ...helpers],
+      [...deferredIndexes.map((index) => index.definition), ...tables.map((table) => `ANALYZE ${quote(table)}`)],
+    );
     const catchUpStarted = performance.now();
     await copy();
     const switchStarted = performance.now();
@@ -213,6 +220,16 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     await writer.query('SELECT pg_advisory_unlock($1)', [lockKeys.rebuild]).catch(() => undefined);
     await writer.end().catch(() => undefined);
   }
+}
+
+/** Runs the statements, each connection taking the next one when it is free. */
+async function onEachConnection(connections: pg.Client[], statements: string[]): Promise<void> {
+  const queue = [...statements];
+  await Promise.all(
+    connections.map(async (client) => {
+      for (let statement = queue.shift(); statement !== undefined; statement = queue.shift()) await client.query(statement);
+    }),
+  );
 }
 
 /** Schemas left by a rebuild that died; only called while holding the rebuild lock. */
