@@ -21,7 +21,12 @@ export { RebuildAborted, type RebuildOptions, type RebuildProgress, type Rebuild
  *    set to it); the table code in tables.ts uses unqualified names, so the projector's own
  *    loadRows/applyBatch/writeChanges work there unchanged. Indexes only readers use are dropped
  *    and built once after the bulk of the copy.
- * 2. Every event is projected into it in large batches, pipelined: while batch k is written, the
+ * 2. Where the store reads its log stream by stream (EventStore.readLogByStream: the PostgreSQL
+ *    store), a bulk load (bulk.ts) first folds each record on its own up to a consistent point,
+ *    writes the final rows with COPY and settles what crosses records in SQL; the indexes it does
+ *    not need are built after it, and the batch copy below continues from that point. EventStoreDB
+ *    and the in-memory store have no such read: there the batch copy does all of it.
+ *    Every event (after the bulk load's) is projected into it in large batches, pipelined: while batch k is written, the
  *    rows batch k+1 needs are loaded (mostly from an in-memory cache of rows the rebuild wrote)
  *    and batch k+2 is read from the store. Each batch is written set-based by writeChanges, on
  *    two connections side by side (solutions; workspaces and counts), in statements of bounded
