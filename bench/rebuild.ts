@@ -393,6 +393,8 @@ try {
       `cpu-bound rate on ${cpus().length} idle cores: ${integer.format(result.events / Math.max(nodeSeconds, (nodeSeconds + postgresSeconds) / cpus().length))} events/s (at best)`,
     );
   }
+  // Before verify, which holds the whole read model in memory.
+  out(`node: max RSS ${integer.format(process.resourceUsage().maxRSS / 1024)} MB`);
   if (values.verify) {
     const differences = compareReadModels(await expectedReadModel(store), await actualReadModel(pool));
     out(differences.length === 0 ? 'verify: no differences' : `verify: ${differences.length} differences, first: ${differences[0]}`);

@@ -148,10 +148,12 @@ describe('the bulk load of a rebuild on the PostgreSQL store', () => {
 
     let appendedDuringRead = 0;
     const racing: EventStore = {
-      ...stack.store,
       append: (...args) => stack.store.append(...args),
       readAll: (...args) => stack.store.readAll(...args),
       readStream: (...args) => stack.store.readStream(...args),
+      waitForEvents: (...args) => stack.store.waitForEvents(...args),
+      ping: () => stack.store.ping(),
+      close: async () => undefined,
       readLogByStream: (consume) =>
         stack.store.readLogByStream!(async (log) => {
           // The snapshot is taken: commit the held transaction and append more, all after it.
