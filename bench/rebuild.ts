@@ -369,6 +369,11 @@ try {
       `(copy ${(copyDoneAt / 1000).toFixed(2)} s, switch ${((result.elapsedMs - copyDoneAt) / 1000).toFixed(2)} s, batch size ${batchSize}); ` +
       `read tables: ${integer.format(Number(counts.w))} workspaces, ${integer.format(Number(counts.s))} solutions`,
   );
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+  out(
+    `phases: ${result.bulk ? 'bulk load' : 'batch copy'} ${seconds(result.phases.loadMs)}, index builds and ANALYZE ${seconds(result.phases.indexesMs)}, ` +
+      `catch-up ${seconds(result.phases.catchUpMs)}, switch ${seconds(result.phases.switchMs)}`,
+  );
   const nodeCpu = process.cpuUsage(cpuBefore.node);
   const postgresAfter = postgresTicks(postmaster);
   const machine = machineTicks();
@@ -388,6 +393,8 @@ try {
       `cpu-bound rate on ${cpus().length} idle cores: ${integer.format(result.events / Math.max(nodeSeconds, (nodeSeconds + postgresSeconds) / cpus().length))} events/s (at best)`,
     );
   }
+  // Before verify, which holds the whole read model in memory.
+  out(`node: max RSS ${integer.format(process.resourceUsage().maxRSS / 1024)} MB`);
   if (values.verify) {
     const differences = compareReadModels(await expectedReadModel(store), await actualReadModel(pool));
     out(differences.length === 0 ? 'verify: no differences' : `verify: ${differences.length} differences, first: ${differences[0]}`);

@@ -72,15 +72,24 @@ const fits: Record<FieldKind, (value: unknown) => boolean> = {
   reason: (value) => value === 'requested' || value === 'workspace_deleted',
 };
 
-/** What is wrong with `data` for `type`, or undefined when it has the type's shape. Cheap: the projector checks every event. */
+/** The shapes as lists of checks, made once: the projector and the rebuild check every event. */
+const fieldChecks = Object.fromEntries(
+  Object.entries(shapes).map(([type, fields]) => [
+    type,
+    Object.entries(fields).map(([field, expected]) => {
+      const kind = expected.replace('?', '') as FieldKind;
+      return { field, kind, fits: fits[kind], optional: expected.endsWith('?') };
+    }),
+  ]),
+) as Record<DomainEvent['type'], { field: string; kind: FieldKind; fits: (value: unknown) => boolean; optional: boolean }[]>;
+
+/** What is wrong with `data` for `type`, or undefined when it has the type's shape. */
 function shapeProblem(type: DomainEvent['type'], data: unknown): string | undefined {
   if (!isObject(data)) return 'its data is not a JSON object';
-  for (const [field, expected] of Object.entries(shapes[type])) {
-    const optional = expected.endsWith('?');
-    const kind = expected.replace('?', '') as FieldKind;
+  for (const { field, kind, fits: fitsKind, optional } of fieldChecks[type]) {
     const value = data[field];
     if (value === undefined && optional) continue;
-    if (!fits[kind](value)) return `data.${field} is ${value === undefined ? 'missing' : `not a valid ${kind}`}`;
+    if (!fitsKind(value)) return `data.${field} is ${value === undefined ? 'missing' : `not a valid ${kind}`}`;
   }
   return undefined;
 }

@@ -88,6 +88,25 @@ export type SkippedEvents = (position: GlobalPosition) => boolean;
 const noneSkipped: SkippedEvents = () => false;
 
 /**
+ * One stored event as the service's readers take it: one of its own (a LoggedEvent); undefined
+ * when it is left out (another program's, reported, or one this version cannot read that an
+ * operator skipped); or the UnreadableEvent that stops whoever reads it.
+ */
+export function readLoggedEvent(
+  store: EventStore,
+  stored: RecordedEvent,
+  skipped: SkippedEvents,
+): LoggedEvent | UnreadableEvent | undefined {
+  const reading = readStoredEvent(stored);
+  if (reading.kind === 'unreadable') return skipped(stored.position) ? undefined : new UnreadableEvent(addressOf(stored), reading.reason);
+  if (reading.kind === 'foreign') {
+    foreignReporters.get(store)?.({ ...addressOf(stored), reason: reading.reason });
+    return undefined;
+  }
+  return { event: reading.envelope, id: stored.id, streamName: stored.streamName, version: stored.version, position: stored.position };
+}
+
+/**
  * The service's own events among `recorded`, in order, up to the first one this version cannot
  * read (unless skipped), which ends them; foreign ones are reported and left out.
  */
@@ -98,20 +117,9 @@ function ownEvents(
 ): { events: LoggedEvent[]; readUpTo: number; unreadable?: UnreadableEvent } {
   const events: LoggedEvent[] = [];
   for (const [index, stored] of recorded.entries()) {
-    const reading = readStoredEvent(stored);
-    if (reading.kind === 'unreadable') {
-      if (skipped(stored.position)) continue;
-      return { events, readUpTo: index, unreadable: new UnreadableEvent(addressOf(stored), reading.reason) };
-    }
-    if (reading.kind === 'foreign') foreignReporters.get(store)?.({ ...addressOf(stored), reason: reading.reason });
-    else
-      events.push({
-        event: reading.envelope,
-        id: stored.id,
-        streamName: stored.streamName,
-        version: stored.version,
-        position: stored.position,
-      });
+    const logged = readLoggedEvent(store, stored, skipped);
+    if (logged instanceof UnreadableEvent) return { events, readUpTo: index, unreadable: logged };
+    if (logged) events.push(logged);
   }
   return { events, readUpTo: recorded.length };
 }

@@ -7,9 +7,10 @@ import {
   type GlobalPosition,
   type NewEvent,
   type RecordedEvent,
+  type StreamOrderedLog,
 } from './port.js';
 
-type CallName = 'append' | 'read_stream' | 'read_all' | 'ping';
+type CallName = 'append' | 'read_stream' | 'read_all' | 'read_log_by_stream' | 'ping';
 
 /**
  * The event store port with each call timed (by call and outcome) and traced as a child span of
@@ -17,10 +18,18 @@ type CallName = 'append' | 'read_stream' | 'read_all' | 'ping';
  * `waitForEvents` is a wait, not a call: it is neither timed nor traced.
  */
 export class InstrumentedEventStore implements EventStore {
+  /** Present when the wrapped store has it (the PostgreSQL store). */
+  readonly readLogByStream?: <T>(consume: (log: StreamOrderedLog) => Promise<T>) => Promise<T>;
+
   constructor(
     private readonly store: EventStore,
     private readonly duration: Histogram<'call' | 'outcome'>,
-  ) {}
+  ) {
+    const readLogByStream = store.readLogByStream?.bind(store);
+    if (readLogByStream) {
+      this.readLogByStream = (consume) => this.observe('read_log_by_stream', {}, () => readLogByStream(consume));
+    }
+  }
 
   append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
     return this.observe('append', { 'wsapi.stream': streamName, 'wsapi.event_count': events.length }, () =>

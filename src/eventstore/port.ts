@@ -79,6 +79,17 @@ export class EventStoreRefused extends Error {
   }
 }
 
+/**
+ * The whole log up to a consistent point, read stream by stream: what a bulk rebuild reads, so that
+ * each record can be folded on its own (src/projections/rebuild/bulk.ts).
+ */
+export type StreamOrderedLog = {
+  /** The last position the read covers: it holds every event at or before it and none after it. Undefined: the log is empty. */
+  end: GlobalPosition | undefined;
+  /** The events in pages: all of one stream together, oldest first; the streams in no order the reader may rely on. */
+  pages: AsyncIterable<RecordedEvent[]>;
+};
+
 export interface EventStore {
   /**
    * Appends atomically if the stream holds exactly `expectedVersion` events (0: the stream must not
@@ -94,6 +105,13 @@ export interface EventStore {
    * else a shared store holds. Read them in domain terms through src/eventstore/event-log.ts.
    */
   readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]>;
+  /**
+   * Optional, only where the store can read its log stream by stream in one consistent snapshot
+   * (the PostgreSQL store; EventStoreDB and the in-memory store have no such read). Hands the read
+   * to `consume` and ends it (its connection released) when `consume` settles. Like readAll, only
+   * the service's streams.
+   */
+  readLogByStream?<T>(consume: (log: StreamOrderedLog) => Promise<T>): Promise<T>;
   /** Resolves once events after `after` may be readable, when `signal` aborts, or after `timeoutMs`. */
   waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void>;
   /** Throws when the store cannot be reached. */

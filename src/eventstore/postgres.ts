@@ -7,7 +7,9 @@ import {
   type GlobalPosition,
   type NewEvent,
   type RecordedEvent,
+  type StreamOrderedLog,
 } from './port.js';
+import { readLogByStream } from './postgres-stream-order.js';
 
 const appendedChannel = 'es_appended';
 
@@ -180,6 +182,21 @@ export class PostgresEventStore implements EventStore {
       ),
     );
     return rows.map(toRecordedEvent);
+  }
+
+  async readLogByStream<T>(consume: (log: StreamOrderedLog) => Promise<T>): Promise<T> {
+    return this.guard(async () => {
+      const client = await this.pool.connect();
+      let ended = false;
+      try {
+        const result = await readLogByStream(client, consume);
+        ended = true;
+        return result;
+      } finally {
+        // A read that did not end may still be streaming (or inside its transaction): its connection is closed, not reused.
+        client.release(!ended);
+      }
+    });
   }
 
   waitForEvents(_after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {

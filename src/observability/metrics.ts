@@ -73,7 +73,7 @@ export class Metrics {
 
   readonly eventStoreCallDuration = new Histogram({
     name: `${metricPrefix}event_store_call_duration_seconds`,
-    help: 'Event store calls, by call (append, read_stream, read_all, ping) and outcome (ok, conflict, error)',
+    help: 'Event store calls, by call (append, read_stream, read_all, read_log_by_stream, ping) and outcome (ok, conflict, error)',
     labelNames: ['call', 'outcome'] as const,
     buckets: latencyBuckets,
     registers: [this.registry],

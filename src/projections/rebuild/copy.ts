@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { EventStore, GlobalPosition } from '../../eventstore/port.js';
-import { readPage, type Page, type SkippedEvents } from '../../eventstore/event-log.js';
+import { readPage, type Page, type SkippedEvents, type UnreadableEvent } from '../../eventstore/event-log.js';
 import type { Envelope } from '../../domain/events.js';
 import { applyBatch, type BatchChanges, type LoadedRows } from '../batch.js';
 import { advanceCheckpoint, writeChanges } from '../tables.js';
@@ -30,13 +30,13 @@ export type Connections = { writer: pg.Client; solutionWriter: pg.Client; loader
  */
 export async function readCopyPage(store: EventStore, after: GlobalPosition, batchSize: number, skipped: SkippedEvents): Promise<Page> {
   const page = await readPage(store, after, batchSize, skipped);
-  if (page.unreadable) {
-    throw new Error(
-      `the rebuild stopped at an event it cannot apply: ${page.unreadable.message}; resolve it with npm run projections:dead-letters`,
-    );
-  }
+  if (page.unreadable) throw stoppedAt(page.unreadable);
   return page;
 }
+
+/** The rebuild's failure at an event of the service's own it cannot read and nobody skipped. */
+export const stoppedAt = (unreadable: UnreadableEvent): Error =>
+  new Error(`the rebuild stopped at an event it cannot apply: ${unreadable.message}; resolve it with npm run projections:dead-letters`);
 
 /** Reads and applies batches until a batch comes back short. */
 export async function catchUp(options: {

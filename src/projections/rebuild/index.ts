@@ -6,6 +6,7 @@ import { connectionSettings } from '../../infra/postgres.js';
 import { skippedPositions } from '../dead-letters.js';
 import { encodePosition } from '../progress.js';
 import { readModelSchema } from '../schema.js';
+import { bulkLoad } from './bulk.js';
 import { catchUp } from './copy.js';
 import { RowCache } from './row-cache.js';
 import { quote, sleep, trySwitch } from './switch-over.js';
@@ -20,7 +21,12 @@ export { RebuildAborted, type RebuildOptions, type RebuildProgress, type Rebuild
  *    set to it); the table code in tables.ts uses unqualified names, so the projector's own
  *    loadRows/applyBatch/writeChanges work there unchanged. Indexes only readers use are dropped
  *    and built once after the bulk of the copy.
- * 2. Every event is projected into it in large batches, pipelined: while batch k is written, the
+ * 2. Where the store reads its log stream by stream (EventStore.readLogByStream: the PostgreSQL
+ *    store), a bulk load (bulk.ts) first folds each record on its own up to a consistent point,
+ *    writes the final rows with COPY and settles what crosses records in SQL; the indexes it does
+ *    not need are built after it, and the batch copy below continues from that point. EventStoreDB
+ *    and the in-memory store have no such read: there the batch copy does all of it.
+ *    Every event (after the bulk load's) is projected into it in large batches, pipelined: while batch k is written, the
  *    rows batch k+1 needs are loaded (mostly from an in-memory cache of rows the rebuild wrote)
  *    and batch k+2 is read from the store. Each batch is written set-based by writeChanges, on
  *    two connections side by side (solutions; workspaces and counts), in statements of bounded
@@ -64,8 +70,12 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     await client.connect();
     // Parallel workers would take the cores the service and the rebuild's own pipeline use, for
     // scans of a few thousand rows by key; and the tables being built are in memory. A rebuild
-    // that dies half-way is thrown away, so its commits need not wait for the disk.
-    await client.query('SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off; SET synchronous_commit = off');
+    // that dies half-way is thrown away, so its commits need not wait for the disk. The bulk
+    // load's counts and the deferred index builds sort or group whole tables: in memory, not spilled.
+    await client.query(
+      `SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off; SET synchronous_commit = off;
+       SET work_mem = '64MB'; SET maintenance_work_mem = '256MB'`,
+    );
     return client;
   };
   // Three connections: the writer writes workspaces, counts and the checkpoint (and does the
@@ -87,14 +97,17 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     await writer.query(`SET search_path TO ${quote(schema)}`);
     await writer.query(readModelSchema);
     const tables = await swappedTables(writer, schema);
-    const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema);
+    const readLogByStream = store.readLogByStream?.bind(store);
+    // The bulk load reads no rows back: it needs no index but the primary keys.
+    const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema, readLogByStream ? [] : ['workspace_id']);
     logger.info({ schema, tables, deferredIndexes: deferredIndexes.map((index) => index.name) }, 'rebuild schema created');
-    for (let i = 0; i < 2; i++) {
+    // One more connection for the bulk load, which writes four tables side by side.
+    for (let i = 0; i < (readLogByStream ? 3 : 2); i++) {
       const helper = await connect();
       helpers.push(helper);
       await helper.query(`SET search_path TO ${quote(schema)}`);
     }
-    const [solutionWriter, loader] = helpers as [pg.Client, pg.Client];
+    const [solutionWriter, loader, bulkWriter] = helpers as [pg.Client, pg.Client, pg.Client | undefined];
 
     // The estimate only sizes the progress bar; without it progress shows counts.
     let total = await options.estimateTotal?.().catch(() => undefined);
@@ -120,11 +133,34 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
         signal,
         progress: () => report('copying'),
       });
+    const loadStarted = performance.now();
+    if (readLogByStream && bulkWriter) {
+      const loaded = await bulkLoad({
+        store,
+        read: readLogByStream,
+        connections: { workspaces: writer, activity: bulkWriter, solutions: solutionWriter, creations: loader },
+        skipped,
+        progressEvery: batchSize,
+        progress: (events) => {
+          state.done = events;
+          report('copying');
+          if (signal?.aborted) throw new RebuildAborted();
+        },
+      });
+      Object.assign(state, { position: loaded.position ?? startOfLog, done: loaded.events, cascades: loaded.cascades });
+    } else {
+      await copy();
+    }
+    const indexesStarted = performance.now();
+    // Indexes only the readers need are built once, over the bulk of the rows, then kept up; side
+    // by side on the connections the copy uses next, as is ANALYZE.
+    await onEachConnection(
+      [writer, ...helpers],
+      [...deferredIndexes.map((index) => index.definition), ...tables.map((table) => `ANALYZE ${quote(table)}`)],
+    );
+    const catchUpStarted = performance.now();
     await copy();
-    // Indexes only the readers need are built once, over the bulk of the rows, then kept up.
-    for (const index of deferredIndexes) await writer.query(index.definition);
-    for (const table of tables) await writer.query(`ANALYZE ${quote(table)}`);
-    await copy();
+    const switchStarted = performance.now();
 
     const maxAttempts = options.maxSwitchAttempts ?? 200;
     const lockTimeoutMs = await lockTimeoutFor(writer);
@@ -141,6 +177,13 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
         report('done');
         const elapsedMs = performance.now() - started;
         const result: RebuildResult = {
+          bulk: Boolean(readLogByStream),
+          phases: {
+            loadMs: indexesStarted - loadStarted,
+            indexesMs: catchUpStarted - indexesStarted,
+            catchUpMs: switchStarted - catchUpStarted,
+            switchMs: performance.now() - switchStarted,
+          },
           schema,
           events: state.done,
           previousPosition: switched.previous,
@@ -184,6 +227,16 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
   }
 }
 
+/** Runs the statements, each connection taking the next one when it is free. */
+async function onEachConnection(connections: pg.Client[], statements: string[]): Promise<void> {
+  const queue = [...statements];
+  await Promise.all(
+    connections.map(async (client) => {
+      for (let statement = queue.shift(); statement !== undefined; statement = queue.shift()) await client.query(statement);
+    }),
+  );
+}
+
 /** Schemas left by a rebuild that died; only called while holding the rebuild lock. */
 async function dropStaleSchemas(client: pg.Client, logger: Logger): Promise<void> {
   const { rows } = await client.query<{ name: string }>(`SELECT nspname AS name FROM pg_namespace WHERE starts_with(nspname, $1)`, [
@@ -203,20 +256,24 @@ async function swappedTables(client: pg.Client, schema: string): Promise<string[
 }
 
 /**
- * Drops the indexes the projector does not read through (only readers do) and returns their
+ * Drops the indexes the load does not read through (only readers do) and returns their
  * definitions to build after the bulk copy: maintaining them row by row costs a third of the
- * writes. Kept: unique ones (primary keys) and those on `workspace_id` (a workspace's deletion
- * loads its solutions by it).
+ * writes. Kept: unique ones (primary keys) and those on a first column in `keptColumns` (the copy
+ * keeps `workspace_id`'s: a workspace's deletion loads its solutions by it).
  */
-async function dropIndexesNotNeededToLoad(client: pg.Client, schema: string): Promise<{ name: string; definition: string }[]> {
+async function dropIndexesNotNeededToLoad(
+  client: pg.Client,
+  schema: string,
+  keptColumns: string[],
+): Promise<{ name: string; definition: string }[]> {
   const { rows } = await client.query<{ name: string; definition: string }>(
     `SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition
      FROM pg_index i
      JOIN pg_class c ON c.oid = i.indexrelid
      JOIN pg_namespace n ON n.oid = c.relnamespace
      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-     WHERE n.nspname = $1 AND NOT i.indisunique AND a.attname <> 'workspace_id'`,
-    [schema],
+     WHERE n.nspname = $1 AND NOT i.indisunique AND NOT (a.attname = ANY($2))`,
+    [schema, keptColumns],
   );
   for (const index of rows) await client.query(`DROP INDEX ${quote(schema)}.${quote(index.name)}`);
   return rows;

@@ -35,6 +35,10 @@ export type RebuildOptions = {
 
 export type RebuildResult = {
   schema: string;
+  /** Whether the first pass was the bulk load (the store reads its log stream by stream), not the batch copy. */
+  bulk: boolean;
+  /** Where the time went: the first pass over the log, the deferred index builds (and ANALYZE), the catch-up after them, the switch (with its retries). */
+  phases: { loadMs: number; indexesMs: number; catchUpMs: number; switchMs: number };
   /** Events read from the log. */
   events: number;
   /** The live checkpoint before the switch and the one the rebuilt tables are at. */
