@@ -24,6 +24,14 @@ describe('RecentStates', () => {
     expect(recent.get('s-10')).toBeDefined();
   });
 
+  it('hands every reader its own copy of the state', () => {
+    const recent = new RecentStates();
+    recent.set('workspace-ws_1', 1n, { status: 'active', workspace: { attributes: { team: 'a' } } });
+    const first = recent.get<{ workspace: { attributes: Record<string, string> } }>('workspace-ws_1')!;
+    first.state.workspace.attributes.team = 'changed by a reader';
+    expect(recent.get('workspace-ws_1')!.state).toEqual({ status: 'active', workspace: { attributes: { team: 'a' } } });
+  });
+
   it('does not keep a state too large for a fair share of the budget', () => {
     const recent = new RecentStates(1600);
     recent.set('big', 1n, { documentation: 'x'.repeat(200) });
