@@ -55,6 +55,39 @@ describe('projector failures', () => {
     expect(await stack.differences()).toEqual([]);
   });
 
+  it('loses and doubles nothing when its batch statement is killed while it runs, again and again', async () => {
+    stack = await startStack();
+    await appendMany(stack, new RecordWriter('killed-write', 'org_a', seededRandom(13)), 200);
+    stack.runner({ batchSize: 9 }).start();
+
+    // A batch is one statement, its own transaction. Holding the counts table makes the next one
+    // wait inside that statement; it is killed there, and the projector starts over.
+    const blocker = await stack.pool.connect();
+    let kills = 0;
+    try {
+      for (let round = 0; round < 4; round++) {
+        await blocker.query('BEGIN');
+        await blocker.query('LOCK TABLE organization_counts IN ACCESS EXCLUSIVE MODE');
+        await eventually(async () => {
+          const { rowCount } = await stack.pool.query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND state = 'active' AND wait_event_type = 'Lock' AND query LIKE 'WITH moved%'`,
+          );
+          return rowCount === 1;
+        });
+        kills += 1;
+        await blocker.query('ROLLBACK');
+      }
+    } finally {
+      blocker.release();
+    }
+
+    await eventually(caughtUp(stack), 60_000);
+    expect(kills).toBe(4);
+    // Counts are additive: a batch applied twice, or in part, would show here.
+    expect(await stack.differences()).toEqual([]);
+  });
+
   it('keeps exactly one projector active across instances and fails over when it stops', async () => {
     stack = await startStack();
     const first = stack.runner({ batchSize: 20 });
