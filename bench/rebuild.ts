@@ -20,6 +20,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { solutionStream, workspaceStream } from '../src/eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
+import { databaseUrl as databaseUrlOn } from './databases.js';
 import { parseConfig } from '../src/config.js';
 import { rebuildReadModel } from '../src/projections/rebuild/index.js';
 import { openStores } from '../src/stores.js';
@@ -313,11 +314,7 @@ const embedded = process.env.DATABASE_URL
 const serverUrl = process.env.DATABASE_URL ?? embedded!.url;
 const databaseName = values.database ?? `bench_rebuild_${Date.now()}`;
 if (!/^[a-z_][a-z0-9_]*$/.test(databaseName)) throw new Error(`not a plain database name: ${databaseName}`);
-const databaseUrl = (() => {
-  const url = new URL(serverUrl);
-  url.pathname = `/${databaseName}`;
-  return url.toString();
-})();
+const databaseUrl = databaseUrlOn(serverUrl, databaseName);
 
 const admin = new pg.Client({ connectionString: serverUrl });
 await admin.connect();

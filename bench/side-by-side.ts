@@ -16,6 +16,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { mintToken } from '../src/api/tokens.js';
 import { freePort, startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
+import { databaseUrl as databaseUrlOn } from './databases.js';
 import { scrape, total, type Scrape } from '../test/support/metrics.js';
 import { testSecret } from '../test/support/secret.js';
 import { percentile } from './statistics.js';
@@ -179,11 +180,7 @@ async function createDatabases(adminUrl: string, names: string[]): Promise<strin
   } finally {
     await admin.end();
   }
-  return names.map((name) => {
-    const url = new URL(adminUrl);
-    url.pathname = `/${name}`;
-    return url.toString();
-  });
+  return names.map((name) => databaseUrlOn(adminUrl, name));
 }
 
 async function startBaselineProcess(databaseUrl: string): Promise<{ url: string; child: ChildProcess }> {

@@ -26,12 +26,12 @@ export { RebuildAborted, type RebuildOptions, type RebuildProgress, type Rebuild
  *    writes the final rows with COPY and settles what crosses records in SQL; the indexes it does
  *    not need are built after it, and the batch copy below continues from that point. EventStoreDB
  *    and the in-memory store have no such read: there the batch copy does all of it.
- *    Every event (after the bulk load's) is projected into it in large batches, pipelined: while batch k is written, the
- *    rows batch k+1 needs are loaded (mostly from an in-memory cache of rows the rebuild wrote)
- *    and batch k+2 is read from the store. Each batch is written set-based by writeChanges, on
- *    two connections side by side (solutions; workspaces and counts), in statements of bounded
- *    size that commit one by one, and the rebuild's checkpoint last. The live tables keep
- *    answering and the live projector keeps running meanwhile.
+ *    Every event (after the bulk load's) is projected into it in large batches, pipelined: while
+ *    batch k is written, the rows batch k+1 needs are loaded (mostly from an in-memory cache of
+ *    rows the rebuild wrote) and batch k+2 is read from the store. Each batch is written
+ *    set-based by writeChanges, on two connections side by side (solutions; workspaces and
+ *    counts), in statements of bounded size that commit one by one, and the rebuild's checkpoint
+ *    last. The live tables keep answering and the live projector keeps running meanwhile.
  * 3. Close to the head, one transaction switches over: it locks the live tables (readers and the
  *    live projector wait a moment), applies the rest of the log up to the head, drops the live
  *    tables, moves the new ones into `public` (their indexes with them), sets the live checkpoint
