@@ -24,6 +24,7 @@ export async function readLogByStream<T>(client: pg.ClientBase, consume: (log: S
   const { rows } = await client.query<{ boundary: string }>('SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS boundary');
   const boundary = rows[0]!.boundary;
   const end = await lastPositionBelow(client, boundary);
+  await warmCache(client);
   await client.query('SET LOCAL enable_sort = off');
   const copy = client.query(
     copyTo(
@@ -46,6 +47,22 @@ async function lastPositionBelow(client: pg.ClientBase, boundary: string): Promi
   );
   const row = rows[0];
   return row ? { commit: BigInt(row.commit_position), prepare: BigInt(row.position) } : undefined;
+}
+
+/**
+ * The log's heap lies in append order and is read below in key order: on a cold cache, a random
+ * read for nearly every event (a rebuild went from about 120,000 to 13,000–35,000 events/s on one
+ * machine). One sequential pass first brings the heap into the operating system's cache, through
+ * which PostgreSQL reads; it costs about a fifth of a second per million events when the heap is
+ * cached already. Skipped when the heap is larger than the cache the server declares it has
+ * (effective_cache_size), where the pass would only push itself out again.
+ */
+async function warmCache(client: pg.ClientBase): Promise<void> {
+  const { rows } = await client.query<{ fits: boolean }>(
+    `SELECT pg_relation_size('es_events') <= pg_size_bytes(current_setting('effective_cache_size')) AS fits`,
+  );
+  // `type` is in no index: the sum reads every heap page, in physical order.
+  if (rows[0]!.fits) await client.query('SELECT sum(octet_length(type)) FROM es_events');
 }
 
 /** PGCOPY\n\377\r\n\0, then flags and the length of a header extension (both 32-bit). */
