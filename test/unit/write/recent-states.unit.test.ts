@@ -12,16 +12,46 @@ describe('RecentStates', () => {
     expect(recent.get('workspace-ws_1')).toBeUndefined();
   });
 
-  it('keeps within its byte budget by dropping the least recently used', () => {
-    const state = (n: number) => ({ name: 'x'.repeat(90), n }); // about 100 bytes serialized
-    const recent = new RecentStates(1000);
-    for (let i = 0; i < 9; i++) recent.set(`s-${i}`, 1n, state(i));
-    recent.get('s-0'); // used again: now the most recent
-    recent.set('s-9', 1n, state(9));
+  it('keeps within its bytes by dropping the least recently written', () => {
+    const state = (n: number) => ({ name: 'x'.repeat(90), n }); // a record of about 125 bytes with its name and version
+    const recent = new RecentStates(1200); // room for 9
+    for (let i = 0; i < 10; i++) recent.set(`s-${i}`, 1n, state(i));
+    expect(recent.get('s-0')).toBeUndefined();
+    recent.set('s-1', 2n, state(1)); // written again: now the most recent
     recent.set('s-10', 1n, state(10));
-    expect(recent.get('s-0')).toBeDefined();
-    expect(recent.get('s-1')).toBeUndefined();
-    expect(recent.get('s-10')).toBeDefined();
+    recent.set('s-11', 1n, state(11));
+    expect(recent.get('s-1')).toEqual({ version: 2n, state: state(1) });
+    expect(recent.get('s-2')).toBeUndefined();
+    expect(recent.get('s-11')).toEqual({ version: 1n, state: state(11) });
+  });
+
+  it("going round its buffer many times, gives back each stream's last state or nothing, never an older or a broken one", () => {
+    let seed = 7;
+    const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+    const recent = new RecentStates(4096);
+    const last = new Map<string, { version: bigint; state: unknown }>();
+    const written: string[] = [];
+    for (let i = 0; i < 20_000; i++) {
+      const stream = `workspace-ws_${Math.floor(random() * 200)}`;
+      if (random() < 0.05) {
+        recent.forget(stream);
+        last.delete(stream);
+        continue;
+      }
+      const entry = { version: BigInt(i), state: { i, text: 'é'.repeat(Math.floor(random() * 200)) } };
+      recent.set(stream, entry.version, entry.state);
+      last.set(stream, entry);
+      written.push(stream);
+      // The newest records are there: the last few written always fit (at most 512 bytes each here).
+      for (const newest of new Set(written.slice(-3))) if (last.has(newest)) expect(recent.get(newest)).toEqual(last.get(newest));
+    }
+    let kept = 0;
+    for (const [stream, entry] of last) {
+      const got = recent.get(stream);
+      if (got) kept += 1;
+      if (got) expect(got).toEqual(entry);
+    }
+    expect(kept).toBeGreaterThan(5);
   });
 
   it('hands every reader its own copy of the state', () => {
