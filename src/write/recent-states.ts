@@ -38,8 +38,9 @@ export class RecentStates {
     const json = JSON.stringify(state);
     const nameBytes = Buffer.byteLength(streamName);
     const size = recordHeaderBytes + nameBytes + Buffer.byteLength(json);
-    // A record larger than a fair share of the ring would push out many others.
-    if (size > this.arena.length / 8 || nameBytes > 0xffff) return;
+    // A record larger than a fair share of the ring would push out many others; a name with a lone
+    // surrogate would not read back as itself from UTF-8, and dropping its record would miss its index.
+    if (size > this.arena.length / 8 || nameBytes > 0xffff || !streamName.isWellFormed()) return;
     const at = this.roomFor(size);
     this.arena.writeUInt16BE(nameBytes, at);
     this.arena.writeUInt32BE(size - recordHeaderBytes - nameBytes, at + 2);

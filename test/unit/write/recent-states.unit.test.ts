@@ -67,4 +67,10 @@ describe('RecentStates', () => {
     recent.set('big', 1n, { documentation: 'x'.repeat(200) });
     expect(recent.get('big')).toBeUndefined();
   });
+
+  it('does not keep a record whose stream name would not read back from UTF-8', () => {
+    const recent = new RecentStates(1600);
+    recent.set('workspace-\ud800', 1n, { status: 'active' });
+    expect(recent.get('workspace-\ud800')).toBeUndefined();
+  });
 });
