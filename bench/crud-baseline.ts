@@ -5,7 +5,7 @@
  * SELECT, and lists with OFFSET and COUNT(*). It is what the service would be without event
  * sourcing, so the ratio between the two is the price of the log.
  *
- * Run by the bench as its own process: `tsx bench/crud-baseline.ts` with DATABASE_URL,
+ * Run by the bench as its own process: `node --import tsx bench/crud-baseline.ts` with DATABASE_URL,
  * AUTH_JWT_SECRET and PORT.
  */
 import { randomUUID } from 'node:crypto';

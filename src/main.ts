@@ -2,6 +2,7 @@ import { buildApp } from './api/app.js';
 import { allScopes, mintToken } from './api/tokens.js';
 import { ConfigError, parseConfig } from './config.js';
 import { createLogger } from './infra/logger.js';
+import { onStopSignal, type StopSignal } from './infra/stop-signals.js';
 import { startMetricsServer, type MetricsServer } from './observability/metrics-server.js';
 import { startConfiguredTracing } from './observability/tracing.js';
 import { startRuntime } from './runtime.js';
@@ -23,6 +24,21 @@ async function main(): Promise<void> {
   // Before anything else: the request spans need the provider's context manager in place.
   const tracing = startConfiguredTracing(config.tracing);
   const logger = createLogger(config.logLevel);
+  // Listening from the start: a signal during start-up (an embedded PostgreSQL may be starting for
+  // this process) stops the service as soon as it has started, rather than leaving that database behind.
+  let stopRequest: StopSignal | undefined;
+  let shutdown: ((signal: StopSignal | 'EADDRINUSE' | 'metrics listener failed') => Promise<void>) | undefined;
+  onStopSignal(
+    (signal) => {
+      stopRequest = signal;
+      return shutdown?.(signal);
+    },
+    (signal) =>
+      logger.warn(
+        { signal },
+        config.databaseUrl ? 'forced stop' : 'forced stop: the embedded PostgreSQL is left running, and the next start uses it',
+      ),
+  );
   const runtime = await startRuntime(config, logger);
   const app = await buildApp({
     services: runtime.services,
@@ -34,7 +50,7 @@ async function main(): Promise<void> {
   let metricsServer: MetricsServer | undefined;
 
   let stopping = false;
-  const shutdown = async (signal: string) => {
+  shutdown = async (signal) => {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'shutting down');
@@ -54,8 +70,7 @@ async function main(): Promise<void> {
       process.exitCode = 1;
     }
   };
-  process.once('SIGTERM', () => void shutdown('SIGTERM'));
-  process.once('SIGINT', () => void shutdown('SIGINT'));
+  if (stopRequest) return shutdown(stopRequest);
 
   let address: string;
   try {

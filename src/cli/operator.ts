@@ -2,10 +2,35 @@ import { pino, type Logger } from 'pino';
 import { ConfigError, parseConfig, type Config } from '../config.js';
 import type { EventStore } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
+import { onStopSignal, type StopSignal } from '../infra/stop-signals.js';
 import { openStores } from '../stores.js';
 
-/** The operator tools' start: the service's settings read for a tool (a bad value exits 2), and a logger on stderr. */
-export function operatorSetup(): { config: Config; logger: Logger } {
+/** Set once the tool's stores are open: what an interrupt must release before the tool exits. */
+let releaseStores: (() => Promise<void>) | undefined;
+let interruptedBy: StopSignal | undefined;
+
+/**
+ * Ctrl-C or SIGTERM ends a tool at once (each of its writes is one transaction, so nothing is
+ * left half-written) and stops the embedded PostgreSQL when nothing else uses it. A signal that
+ * arrives while the stores are still opening takes effect as soon as they are open, so that a
+ * database started for the tool is not left behind.
+ */
+async function exitOnInterrupt(signal: StopSignal): Promise<void> {
+  interruptedBy = signal;
+  if (!releaseStores) return;
+  process.stderr.write(`interrupted by ${signal}\n`);
+  await releaseStores();
+  process.exit(130);
+}
+
+/**
+ * The operator tools' start: the service's settings read for a tool (a bad value exits 2), a
+ * logger on stderr, and what a stop signal does: by default it ends the tool at once; a tool that
+ * winds down its own way (the rebuild, after its current batch) passes `onStop` and closes its
+ * connection itself.
+ */
+export function operatorSetup(onStop: (signal: StopSignal) => unknown = exitOnInterrupt): { config: Config; logger: Logger } {
+  onStopSignal(onStop);
   try {
     const config = parseConfig(process.env, 'tool');
     return { config, logger: pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2)) };
@@ -36,6 +61,9 @@ export async function connectOperator(config: Config, logger: Logger, options: {
     migrate: options.migrate ?? true,
     eventStoreReadTimeoutMs: 60_000,
   });
+  releaseStores = () =>
+    stores.abandon().catch((error: unknown) => logger.warn({ err: error }, 'the embedded PostgreSQL could not be stopped'));
+  if (interruptedBy) await exitOnInterrupt(interruptedBy);
   return {
     databaseUrl: stores.databaseUrl,
     pool: stores.pool,

@@ -26,8 +26,6 @@ const { values } = commandLine(tool, usage, { 'batch-size': { type: 'string', de
 const batchSize = Number(values['batch-size']);
 if (!Number.isInteger(batchSize) || batchSize < 1) usageError(tool, '--batch-size must be a positive whole number');
 
-const { config, logger } = operatorSetup();
-
 const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 const duration = (seconds: number) => {
   if (!Number.isFinite(seconds)) return '?';
@@ -96,8 +94,7 @@ const stop = () => {
   process.stderr.write('stopping after the current batch…\n');
   abort.abort();
 };
-process.once('SIGINT', stop);
-process.once('SIGTERM', stop);
+const { config, logger } = operatorSetup(stop);
 
 let exitCode = 0;
 let connection;

