@@ -1,15 +1,14 @@
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openApiDocument } from '../../src/api/openapi.js';
 import { operations } from '../../src/api/operations.js';
+import { launchChromium } from '../support/browser.js';
 import { schemaRefFor } from '../support/openapi-conformance.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { allScopes, expectError, jsonHeaders, ok, rawPost } from './helpers.js';
 
-/** Debian's chromium (what `.ci/run` installs), or another one named by CHROMIUM_PATH. */
-const chromiumPath = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const screenshots = path.resolve('test-results');
 const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
 
@@ -106,14 +105,7 @@ describe('the API document and the docs page', () => {
   describe('in a real headless browser', () => {
     let browser: Browser;
     beforeAll(async () => {
-      if (!existsSync(chromiumPath)) {
-        throw new Error(`no Chromium at ${chromiumPath}: install Debian's chromium (as .ci/run does) or set CHROMIUM_PATH`);
-      }
-      browser = await chromium.launch({
-        executablePath: chromiumPath,
-        // Root in CI containers needs --no-sandbox; the rest keeps Chromium off the network it would call home on.
-        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-      });
+      browser = await launchChromium();
     });
     afterAll(() => browser?.close());
 
