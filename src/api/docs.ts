@@ -58,6 +58,9 @@ export function registerApiDocs(app: FastifyInstance): void {
   app.get('/docs', async (_request, reply) =>
     reply.type('text/html; charset=utf-8').header('content-security-policy', contentSecurityPolicy).send(page),
   );
+  // The page's address with a slash, as browsers and people often complete it. 302, not 301:
+  // browsers keep a 301 for good, so it could not be taken back if /docs/ ever served something.
+  app.get('/docs/', async (_request, reply) => reply.redirect('/docs', 302));
   app.get('/docs/init.js', async (_request, reply) => reply.type('text/javascript; charset=utf-8').send(init));
   const cache = new Map<string, Buffer>();
   for (const [name, asset] of Object.entries(assets)) {

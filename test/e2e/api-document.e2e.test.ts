@@ -31,7 +31,25 @@ describe('the API document and the docs page', () => {
       const response = await fetch(`${service.url}${path}`, { headers: { 'x-request-id': 'docs-check-1' } });
       expect([path, response.status, response.headers.get('x-request-id')]).toEqual([path, 200, 'docs-check-1']);
     }
-    for (const path of ['/docs/swagger-ui.js.map', '/docs/../package.json', '/docs/']) {
+    for (const path of ['/docs/swagger-ui.js.map', '/docs/../package.json']) {
+      const response = await rawPost(service, undefined, {}, path, 'GET');
+      expectError(response, 404, 'not_found');
+    }
+  });
+
+  it('redirects /docs/ to the page; any other path with a trailing slash is unknown (404)', async () => {
+    for (const path of ['/docs/', '/docs/?tab=x']) {
+      const response = await fetch(`${service.url}${path}`, { redirect: 'manual', headers: { 'x-request-id': 'docs-slash-1' } });
+      expect([path, response.status, response.headers.get('location'), response.headers.get('x-request-id')]).toEqual([
+        path,
+        302,
+        '/docs',
+        'docs-slash-1',
+      ]);
+    }
+    const followed = await fetch(`${service.url}/docs/`);
+    expect([followed.status, followed.url]).toEqual([200, `${service.url}/docs`]);
+    for (const path of ['/docs//', '/docs/init.js/', '/openapi.json/', '/healthz/', '/readyz/']) {
       const response = await rawPost(service, undefined, {}, path, 'GET');
       expectError(response, 404, 'not_found');
     }

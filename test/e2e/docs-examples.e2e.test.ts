@@ -1,0 +1,173 @@
+import { spawn } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestService, type TestService } from '../support/service.js';
+import { allScopes } from './helpers.js';
+
+/**
+ * The shell examples of the README and of the API reference, run as a new user pastes them: every
+ * ```sh block of a document, in order, in one bash, against a real service on a fresh database,
+ * with the development token (organization org_dev, subject dev-user, every scope) in TOKEN.
+ * A ```json block right after an example is the answer it must print, generated ids, timestamps
+ * and request ids aside; an example without one must print only successes (`{"data": ...}`).
+ * Commands that are not examples (installing, starting or testing the project) are fenced
+ * ```shell, so they are not run.
+ */
+
+const documents = ['README.md', 'docs/api.md'];
+/** The address the examples are written for, as `npm start` prints it. */
+const documentedAddress = 'http://127.0.0.1:8080';
+
+type Block = { info: string; line: number; endLine: number; text: string };
+type Example = { line: number; commands: string; answer?: Block };
+
+/** The fenced blocks of a Markdown text, with the 1-based lines of their opening and closing fences. */
+function fencedBlocks(markdown: string): Block[] {
+  const blocks: Block[] = [];
+  let open: { info: string; line: number; body: string[] } | undefined;
+  for (const [index, text] of markdown.split('\n').entries()) {
+    const fence = /^```(.*)$/.exec(text);
+    if (open === undefined) {
+      if (fence) open = { info: fence[1]!.trim(), line: index + 1, body: [] };
+    } else if (fence && fence[1]!.trim() === '') {
+      blocks.push({ info: open.info, line: open.line, endLine: index + 1, text: open.body.join('\n') });
+      open = undefined;
+    } else {
+      open.body.push(text);
+    }
+  }
+  return blocks;
+}
+
+function examplesIn(markdown: string): Example[] {
+  const lines = markdown.split('\n');
+  const blocks = fencedBlocks(markdown);
+  return blocks.flatMap((block, index) => {
+    if (block.info !== 'sh') return [];
+    const next = blocks[index + 1];
+    const besideIt = next?.info === 'json' && lines.slice(block.endLine, next.line - 1).every((line) => line.trim() === '');
+    return [{ line: block.line, commands: block.text, ...(besideIt ? { answer: next } : {}) }];
+  });
+}
+
+/** Generated values: they differ on every run, so each is compared by the order it first appeared in. */
+const generated: [kind: string, pattern: RegExp][] = [
+  ['ws', /^ws_[A-Za-z0-9_-]{21}$/],
+  ['sol', /^sol_[A-Za-z0-9_-]{21}$/],
+  ['timestamp', /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/],
+  ['request id', /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/],
+];
+
+/**
+ * Replaces each generated value by `<kind n>`, n counting the distinct values of that kind seen so
+ * far in the document: so an answer matches the documented one when the same values recur in the
+ * same places (a solution's `workspace_id` is the workspace created before it). Members are visited
+ * in name order, as their order may differ between event stores (jsonb sorts them).
+ */
+function placeholders(): (value: unknown) => unknown {
+  const seen = new Map<string, string>();
+  const counts = new Map<string, number>();
+  const replace = (value: unknown): unknown => {
+    if (Array.isArray(value)) return value.map(replace);
+    if (typeof value === 'object' && value !== null) {
+      const entries = Object.entries(value).sort(([a], [b]) => (a < b ? -1 : 1));
+      return Object.fromEntries(entries.map(([key, member]) => [key, replace(member)]));
+    }
+    if (typeof value !== 'string') return value;
+    const kind = generated.find(([, pattern]) => pattern.test(value))?.[0];
+    if (kind === undefined) return value;
+    let placeholder = seen.get(value);
+    if (placeholder === undefined) {
+      const count = (counts.get(kind) ?? 0) + 1;
+      counts.set(kind, count);
+      placeholder = `<${kind} ${count}>`;
+      seen.set(value, placeholder);
+    }
+    return placeholder;
+  };
+  return replace;
+}
+
+function parsed(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    // Not JSON: the raw text, so the failure shows what was printed.
+    return text;
+  }
+}
+
+type Run = { code: number | null; stdout: string; stderr: string };
+
+/** The real curl where installed, else the stand-in beside the test support (Node's fetch behind the options the examples use). */
+const curlStandIn = fileURLToPath(new URL('../support/curl-stand-in', import.meta.url));
+const curlInstalled = (process.env.PATH ?? '').split(path.delimiter).some((directory) => existsSync(path.join(directory, 'curl')));
+const examplesPath = curlInstalled ? process.env.PATH : `${curlStandIn}${path.delimiter}${process.env.PATH}`;
+
+/**
+ * Runs a script in bash with only PATH and TOKEN set, so the user's own curl settings and proxies
+ * play no part. Its stdin is not a socket, or bash would read ~/.bashrc as if started by rshd.
+ */
+function bash(script: string, token: string): Promise<Run> {
+  const child = spawn('bash', ['-c', script], {
+    env: { PATH: examplesPath, TOKEN: token },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    timeout: 50_000,
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
+  child.stderr.setEncoding('utf8').on('data', (chunk: string) => (stderr += chunk));
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** Printed before each example, so that the run's output splits into what each printed. */
+const marker = (index: number) => `@@ example ${index} @@`;
+const markerLine = /\n@@ example \d+ @@\n/;
+
+describe.each(documents)(`the examples of %s, with ${curlInstalled ? 'curl' : 'the curl stand-in (no curl installed)'}`, (document) => {
+  let service: TestService;
+  beforeAll(async () => {
+    service = await startTestService();
+  });
+  afterAll(() => service?.close());
+
+  it('answer as documented when run in order', async () => {
+    const examples = examplesIn(readFileSync(document, 'utf8'));
+    expect(examples.length, `${document} has no sh examples`).toBeGreaterThan(0);
+    const where = (example: Example) => `${document}:${example.line}`;
+    // -e and -u: a failing command or a variable never set stops the run in the broken example.
+    const script = ['set -eu', ...examples.map((example, index) => `printf '\\n${marker(index)}\\n'\n${example.commands}`)]
+      .join('\n')
+      .replaceAll(documentedAddress, service.url);
+    const run = await bash(script, await service.token(['org_dev'], allScopes, 'dev-user'));
+    const printed = run.stdout.split(markerLine).slice(1);
+    const last = examples[printed.length - 1];
+    expect.soft({ code: run.code, stderr: run.stderr }, last && `bash, whose last example run is at ${where(last)}`).toEqual({
+      code: 0,
+      stderr: '',
+    });
+
+    const documentedValues = placeholders();
+    const printedValues = placeholders();
+    for (const [index, example] of examples.slice(0, printed.length).entries()) {
+      const output = printed[index]!.trim();
+      if (example.answer) {
+        expect
+          .soft(printedValues(parsed(output)), `${where(example)}: the answer documented at line ${example.answer.line}`)
+          .toEqual(documentedValues(parsed(example.answer.text)));
+      } else {
+        for (const line of output.split('\n').filter(Boolean)) {
+          expect
+            .soft(Object.keys(parsed(line) as object), `${where(example)}: every answer a success, but one was ${line}`)
+            .toEqual(['data']);
+        }
+      }
+    }
+  });
+});
