@@ -1,3 +1,4 @@
+/* global process, fetch, Headers -- run by Node (see the curl script beside it) */
 // The few curl options the documents' examples use, over Node's fetch, for a machine without curl:
 // -s, -S, -H 'Name: value', -d body (a POST), -X method, -w text (its \n a newline), and the URL.
 // Anything else is refused, so an example that needs more fails here instead of passing unseen.
