@@ -3,8 +3,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
-import type { z } from 'zod';
-import { ServiceError, type ErrorDetail } from '../errors.js';
+import { ServiceError } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
@@ -17,6 +16,7 @@ import { runKeyedCommand } from './keyed-command.js';
 import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas, requestIdPattern } from './schemas.js';
+import { validationDetails, validationErrorMap } from './validation-messages.js';
 
 export type Readiness = { ready: boolean; checks: Record<string, string> };
 
@@ -42,16 +42,6 @@ declare module 'fastify' {
   interface FastifyRequest {
     principal?: Principal;
   }
-}
-
-function zodDetails(error: z.ZodError, prefix: string): ErrorDetail[] {
-  return error.issues.flatMap((issue) => {
-    const path = [prefix, ...issue.path.map(String)].join('.');
-    if (issue.code === 'unrecognized_keys') {
-      return issue.keys.map((key) => ({ path: `${path}.${key}`, message: 'is not a parameter of this operation' }));
-    }
-    return [{ path, message: issue.message }];
-  });
 }
 
 /**
@@ -162,11 +152,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       if (!principal.scopes.has(operation.scope)) {
         throw new ServiceError('forbidden', `the token lacks the scope ${operation.scope}`);
       }
-      const parsed = paramsSchemas[query].safeParse(params);
+      // Issues a schema left without a message of its own are worded by the service (validation-messages.ts).
+      const parsed = paramsSchemas[query].safeParse(params, { error: validationErrorMap });
       const inexact = inexactNumbersOf(request.body);
       if (!parsed.success || inexact.length > 0) {
         throw new ServiceError('validation_error', 'invalid parameters', [
-          ...(parsed.success ? [] : zodDetails(parsed.error, 'params')),
+          ...(parsed.success ? [] : validationDetails(parsed.error, 'params')),
           ...inexact,
         ]);
       }

@@ -564,6 +564,31 @@ describe('validation', () => {
       for (const detail of response.body.error.details) expect(detail.message.length).toBeGreaterThan(0);
     });
 
+    it("words every detail itself, never in the validation library's words (issue 25)", async () => {
+      const response = await callApi(service, token, 'create_solution', {
+        workspace_id: 7,
+        description: 7,
+        attributes: [],
+        documentation: { blocks: [{ type: 'text', content: null }], extra: 1 },
+        surprise: 1,
+      });
+      expectError(response, 400, 'validation_error');
+      expect(response.body.error.details).toEqual([
+        { path: 'params.workspace_id', message: 'must be a string' },
+        { path: 'params.name', message: 'is required' },
+        { path: 'params.description', message: 'must be a string' },
+        { path: 'params.attributes', message: 'must be a JSON object' },
+        { path: 'params.documentation.blocks.0.content', message: 'must be a string' },
+        { path: 'params.documentation.extra', message: 'is not an allowed member of this object' },
+        { path: 'params.surprise', message: 'is not a parameter of this operation' },
+      ]);
+      const sizes = await callApi(service, token, 'list_workspaces', { page: 0, size: 101 });
+      expect(sizes.body.error.details).toEqual([
+        { path: 'params.page', message: 'must be between 1 and 9007199254740991' },
+        { path: 'params.size', message: 'must be between 1 and 100' },
+      ]);
+    });
+
     it('names the limit in the message for a name too long', async () => {
       const response = await createWorkspace({ name: 'n'.repeat(51) });
       expectValidation(response, 'params.name');
