@@ -1,10 +1,11 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { readPage, type EventAddress, type LoggedEvent } from '../eventstore/event-log.js';
+import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eventstore/event-log.js';
 import { comparePositions, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings, isConnectionError } from '../infra/postgres.js';
 import { applyBatch, rowsToLoad, type BatchChanges } from './batch.js';
+import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
 import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
 import { loadRows, readCheckpoint, writeChanges } from './tables.js';
@@ -23,7 +24,10 @@ export type ProjectionRunnerOptions = {
   store: EventStore;
   progress: ProjectionProgress;
   logger: Logger;
+  /** Events per batch when caught up (default 500)... */
   batchSize?: number;
+  /** ...and at most, while catching up a backlog (default 20,000): see src/projections/catch-up.ts. */
+  maxBatchSize?: number;
   /** How often a standby instance tries to take over. */
   standbyRetryMs?: number;
   /** The active projector renews its sign of life at least this often... */
@@ -104,6 +108,11 @@ export class ProjectionRunner {
         // log, whose appends do wait: should PostgreSQL itself crash, the last batches' rows and
         // their checkpoint, written in one transaction, are lost together and projected again.
         await client.query('SET synchronous_commit = off');
+        // Planned for the tables as they are at each batch, not as they were when a statement was
+        // first prepared: a projector that starts on empty tables (a fresh read database, after a
+        // restore) would otherwise keep the sequential scans planned for them while it fills them,
+        // each batch slower than the last, until autovacuum's next ANALYZE.
+        await client.query('SET plan_cache_mode = force_custom_plan');
         // A standby keeps its one connection and asks for the lock again on it.
         while (!this.abort.signal.aborted) {
           const { rows } = await client.query<{ locked: boolean }>('SELECT pg_try_advisory_lock($1) AS locked', [lockKeys.projector]);
@@ -131,11 +140,21 @@ export class ProjectionRunner {
   }
 
   private async project(client: pg.Client): Promise<void> {
-    const { store, progress, batchSize = 500, minIdlePollMs = 25, maxIdlePollMs = 1000 } = this.options;
+    const { store, progress, minIdlePollMs = 25, maxIdlePollMs = 1000 } = this.options;
+    const sizes: PageSizes = {
+      min: this.options.batchSize ?? defaultPageSizes.min,
+      max: Math.max(this.options.maxBatchSize ?? defaultPageSizes.max, this.options.batchSize ?? 0),
+    };
     let checkpoint = await readCheckpoint(client);
     progress.advance(checkpoint);
-    this.options.onCascadesPending?.();
     let idlePollMs = minIdlePollMs;
+    let pageSize = sizes.min;
+    // The next page, read while the current one is applied; dropped (and read again) if the checkpoint does not move to its start.
+    let nextPage: { after: GlobalPosition; size: number; page: Promise<Page> } | undefined;
+    // Cascades are drained once caught up: behind, the log ahead may hold their SolutionDeleted
+    // already (the projector then takes them off the list itself), and draining would compete
+    // with the catch-up for the database.
+    let cascadesPending = true;
     // Dead letters (src/projections/dead-letters.ts): the one this projector is stopped at, the one
     // an operator asked to retry, and, after a batch failed on its events, how far to read them one by one.
     let stoppedAt: DeadLetter | undefined;
@@ -155,7 +174,21 @@ export class ProjectionRunner {
         stoppedAt = undefined;
         continue;
       }
-      const { events, end: last, unreadable } = await readPage(store, checkpoint, oneByOneUntil ? 1 : batchSize);
+      const size = oneByOneUntil ? 1 : pageSize;
+      const prefetched = nextPage && nextPage.after === checkpoint && nextPage.size === size ? nextPage.page : undefined;
+      nextPage = undefined;
+      const { events, end: last, unreadable, read } = await (prefetched ?? readPage(store, checkpoint, size));
+      if (!oneByOneUntil) pageSize = nextPageSize(size, read, sizes);
+      if (read < size && cascadesPending) {
+        cascadesPending = false;
+        this.options.onCascadesPending?.();
+      }
+      if (last && !unreadable && read === size && !oneByOneUntil) {
+        const page = readPage(store, last, pageSize);
+        // Awaited at the next turn, or never if this batch fails: its own error, if any, is then irrelevant.
+        page.catch(() => undefined);
+        nextPage = { after: last, size: pageSize, page };
+      }
       if (!last && !unreadable) {
         await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
         idlePollMs = Math.min(idlePollMs * 2, maxIdlePollMs);
@@ -189,7 +222,7 @@ export class ProjectionRunner {
           this.options.logger.info({ position: encodePosition(retrying) }, 'dead letter applied on retry; projecting again');
           retrying = undefined;
         }
-        if (changes.pendingCascades.length > 0) this.options.onCascadesPending?.();
+        if (changes.pendingCascades.length > 0) cascadesPending = true;
       }
       if (unreadable) {
         stoppedAt = await this.stopAt(client, checkpoint, unreadable.event, unreadable.reason);
