@@ -7,6 +7,7 @@ import type { z } from 'zod';
 import { ServiceError, type ErrorDetail } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { Readiness } from '../observability/readiness.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
@@ -17,8 +18,6 @@ import { runKeyedCommand } from './keyed-command.js';
 import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas, requestIdPattern } from './schemas.js';
-
-export type Readiness = { ready: boolean; checks: Record<string, string> };
 
 export type AppServices = {
   verifyToken: TokenVerifier;
