@@ -104,7 +104,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientErrorHandler: answerClientError,
   });
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
-  observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics });
+  observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics, isOperationName });
 
   acceptJsonBodies(app);
   // While closing, answers end their keep-alive connection: a connection that turns idle after the
