@@ -7,7 +7,7 @@ import { createLogger } from './infra/logger.js';
 import { onStopSignal, type StopSignal } from './infra/stop-signals.js';
 import { startMetricsServer, type MetricsServer } from './observability/metrics-server.js';
 import { startConfiguredTracing } from './observability/tracing.js';
-import { startRuntime } from './runtime.js';
+import { startRuntime } from './runtime/service.js';
 
 /** The organization of the development token printed in embedded mode. */
 const developmentOrganization = 'org_dev';
