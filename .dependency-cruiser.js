@@ -112,5 +112,26 @@ export default {
     doNotFollow: { path: ['node_modules'] },
     tsPreCompilationDeps: true,
     tsConfig: { fileName: 'tsconfig.json' },
+    // The graph's links open the modules from where it lives, docs/architecture.svg.
+    prefix: '../',
+    reporterOptions: {
+      // The picture of docs/architecture.md (npm run architecture:graph): the modules of src/, coloured by layer.
+      dot: {
+        filters: { includeOnly: { path: '^src/' } },
+        // The migrations as one box: a list, each imported only by their index.
+        collapsePattern: '^src/infra/migrations/',
+        theme: {
+          graph: { rankdir: 'LR', splines: 'true' },
+          modules: [
+            { criteria: { source: ground.join('|') }, attributes: { fillcolor: '#e8f5e9' } },
+            { criteria: { source: eventstore.join('|') }, attributes: { fillcolor: '#e3f2fd' } },
+            { criteria: { source: middle.join('|') }, attributes: { fillcolor: '#fff8e1' } },
+            { criteria: { source: api.join('|') }, attributes: { fillcolor: '#fce4ec' } },
+            { criteria: { source: top.join('|') }, attributes: { fillcolor: '#ede7f6' } },
+            { criteria: { source: client.join('|') }, attributes: { fillcolor: '#eeeeee' } },
+          ],
+        },
+      },
+    },
   },
 };

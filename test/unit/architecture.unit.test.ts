@@ -1,3 +1,4 @@
+import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { cruise, format, type ICruiseOptions, type ICruiseResult } from 'dependency-cruiser';
@@ -7,7 +8,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 
 /**
  * The layer rules of .dependency-cruiser.js (docs/architecture.md), which `npm run lint` checks on
- * src/: here each one is shown to catch a planted import.
+ * src/: here each one is shown to catch a planted import, and the checked-in graph to be today's.
  */
 const root = fileURLToPath(new URL('../..', import.meta.url));
 let options: ICruiseOptions;
@@ -55,5 +56,14 @@ describe('the layer rules', () => {
     expect(result.summary.error).toBe(violations.length);
     const { output: text } = await format(result, { outputType: 'err' });
     expect(text).toContain('error domain-is-pure: src/domain/imports-the-api.ts → src/api/route.ts');
+  });
+});
+
+describe('docs/architecture.svg', () => {
+  it('is drawn from the graph of today’s src/: docs/architecture.dot is what dependency-cruiser makes of it', async () => {
+    const { output, exitCode } = await cruiseFrom(root, 'dot');
+    expect(exitCode).toBe(0);
+    // Stale after a module or an import was added, moved or removed: `npm run architecture:graph` redraws both.
+    expect(output).toBe(await readFile(path.join(root, 'docs/architecture.dot'), 'utf8'));
   });
 });
