@@ -23,7 +23,7 @@ import { currentSchemaVersion } from '../src/domain/events.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { databaseUrl as databaseUrlOn } from './databases.js';
 import { rebuildReadModel } from '../src/projections/rebuild/index.js';
-import { openStores } from '../src/stores.js';
+import { openStores } from '../src/runtime/stores.js';
 import { scrape, total } from '../test/support/metrics.js';
 import { testSecret } from '../test/support/secret.js';
 import { startServiceProcess } from '../test/support/service-process.js';

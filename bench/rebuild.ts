@@ -23,7 +23,7 @@ import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { databaseUrl as databaseUrlOn } from './databases.js';
 import { parseConfig } from '../src/config.js';
 import { rebuildReadModel } from '../src/projections/rebuild/index.js';
-import { openStores } from '../src/stores.js';
+import { openStores } from '../src/runtime/stores.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../src/projections/verify.js';
 import type { CommandContext } from '../src/domain/command.js';
 import type { Envelope } from '../src/domain/events.js';
@@ -321,7 +321,7 @@ await admin.connect();
 const exists = (await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [databaseName])).rowCount === 1;
 if (!exists) await admin.query(`CREATE DATABASE ${databaseName}`);
 
-// The stores as every process opens them (src/stores.ts), on the bench's own database.
+// The stores as every process opens them (src/runtime/stores.ts), on the bench's own database.
 const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl }, 'tool'), logger, { poolSize: 6, listen: false });
 const { pool, store } = stores;
 try {

@@ -23,7 +23,7 @@ import { parseConfig } from '../src/config.js';
 import { workspaceStream } from '../src/eventstore/stream-names.js';
 import { createClock } from '../src/infra/clock.js';
 import { startConfiguredTracing } from '../src/observability/tracing.js';
-import { startRuntime } from '../src/runtime.js';
+import { startRuntime } from '../src/runtime/service.js';
 import { decideWorkspace, initialWorkspaceState } from '../src/domain/workspace.js';
 import { percentile } from './statistics.js';
 

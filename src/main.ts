@@ -1,11 +1,13 @@
 import { buildApp } from './api/app.js';
+import { errorBody } from './api/errors.js';
 import { allScopes, mintToken } from './api/tokens.js';
 import { ConfigError, parseConfig } from './config.js';
+import { ServiceError } from './errors.js';
 import { createLogger } from './infra/logger.js';
 import { onStopSignal, type StopSignal } from './infra/stop-signals.js';
 import { startMetricsServer, type MetricsServer } from './observability/metrics-server.js';
 import { startConfiguredTracing } from './observability/tracing.js';
-import { startRuntime } from './runtime.js';
+import { startRuntime } from './runtime/service.js';
 
 /** The organization of the development token printed in embedded mode. */
 const developmentOrganization = 'org_dev';
@@ -86,7 +88,15 @@ async function main(): Promise<void> {
   logger.info({ address }, 'listening');
   if (config.metrics.port !== undefined) {
     try {
-      metricsServer = await startMetricsServer(runtime.services.metrics, { port: config.metrics.port, host: config.metrics.host }, logger);
+      metricsServer = await startMetricsServer(
+        runtime.services.metrics,
+        {
+          port: config.metrics.port,
+          host: config.metrics.host,
+          notFoundBody: (requestId) => errorBody(new ServiceError('not_found', 'no such endpoint'), requestId),
+        },
+        logger,
+      );
     } catch (error) {
       process.stderr.write(`metrics could not listen on ${config.metrics.host}:${config.metrics.port}: ${(error as Error).message}\n`);
       await shutdown('metrics listener failed');

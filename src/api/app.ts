@@ -6,6 +6,7 @@ import type { Logger } from 'pino';
 import { ServiceError } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { Readiness } from '../observability/readiness.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
@@ -17,8 +18,6 @@ import { isOperationName, operations, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas, requestIdPattern } from './schemas.js';
 import { validationDetails, validationErrorMap } from './validation-messages.js';
-
-export type Readiness = { ready: boolean; checks: Record<string, string> };
 
 export type AppServices = {
   verifyToken: TokenVerifier;
@@ -95,7 +94,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientErrorHandler: answerClientError,
   });
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
-  observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics });
+  observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics, isOperationName });
 
   acceptJsonBodies(app);
   // While closing, answers end their keep-alive connection: a connection that turns idle after the

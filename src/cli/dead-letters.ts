@@ -9,7 +9,7 @@
 import { userInfo } from 'node:os';
 import type { Pool } from '../infra/postgres.js';
 import { listDeadLetters, resolveDeadLetter, type DeadLetter } from '../projections/dead-letters.js';
-import { encodePosition } from '../projections/progress.js';
+import { encodePosition } from '../eventstore/port.js';
 import { commandLine, usageError } from './arguments.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 

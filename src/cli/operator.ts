@@ -3,7 +3,7 @@ import { ConfigError, parseConfig, type Config } from '../config.js';
 import type { EventStore } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
 import { onStopSignal, type StopSignal } from '../infra/stop-signals.js';
-import { openStores } from '../stores.js';
+import { openStores } from '../runtime/stores.js';
 
 /** Set once the tool's stores are open: what an interrupt must release before the tool exits. */
 let releaseStores: (() => Promise<void>) | undefined;
@@ -51,7 +51,7 @@ export type OperatorConnection = {
 };
 
 /**
- * The stores as the service opens them (src/stores.ts), shared with a service running on the same
+ * The stores as the service opens them (src/runtime/stores.ts), shared with a service running on the same
  * DATA_DIR; `$all` pages may take a minute on a large EventStoreDB log.
  */
 export async function connectOperator(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<OperatorConnection> {

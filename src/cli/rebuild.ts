@@ -6,7 +6,7 @@
  * PostgreSQL on DATA_DIR (shared with a running service), and EVENTSTORE_URL when set.
  * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
  */
-import { encodePosition } from '../projections/progress.js';
+import { encodePosition } from '../eventstore/port.js';
 import { RebuildAborted, rebuildReadModel, type RebuildProgress } from '../projections/rebuild/index.js';
 import { connectOperator, operatorSetup } from './operator.js';
 import { commandLine, usageError } from './arguments.js';

@@ -1,4 +1,3 @@
-import type { RecordedEvent } from '../eventstore/port.js';
 import {
   currentSchemaVersion,
   solutionEventTypes,
@@ -19,6 +18,9 @@ type Upcaster = (data: Record<string, unknown>) => Record<string, unknown>;
 const upcasters: Record<string, Record<number, Upcaster>> = {
   SolutionDeleted: { 1: (data) => ({ ...data, reason: 'requested' }) },
 };
+
+/** What the domain reads of a stored event; the event store's RecordedEvent has this and more (stream, position). */
+export type StoredEvent = { type: string; data: unknown; metadata: unknown };
 
 /** Why an event in a service stream is not the service's: another program wrote it there. */
 export type ForeignReason = 'no_metadata' | 'foreign_metadata';
@@ -96,7 +98,7 @@ function shapeProblem(type: DomainEvent['type'], data: unknown): string | undefi
 
 const isDomainEventType = (type: string): type is DomainEvent['type'] => workspaceEventTypes.has(type) || solutionEventTypes.has(type);
 
-export function readStoredEvent(recorded: RecordedEvent): StoredEventReading {
+export function readStoredEvent(recorded: StoredEvent): StoredEventReading {
   const metadata = recorded.metadata;
   if (!isObject(metadata)) return { kind: 'foreign', reason: 'no_metadata' };
   if (!hasServiceMetadata(metadata)) return { kind: 'foreign', reason: 'foreign_metadata' };
@@ -120,7 +122,7 @@ export function readStoredEvent(recorded: RecordedEvent): StoredEventReading {
 }
 
 /** Lifts one of the service's own events to the current schema version (readStoredEvent checks it first). */
-export function upcast(recorded: RecordedEvent): Envelope {
+export function upcast(recorded: StoredEvent): Envelope {
   const metadata = recorded.metadata as EventMetadata;
   let data = recorded.data as Record<string, unknown>;
   for (let version = metadata.schema_version; version < currentSchemaVersion; version++) {

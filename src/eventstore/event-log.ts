@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import type { Envelope } from '../domain/events.js';
 import { readStoredEvent, type ForeignReason } from '../domain/upcast.js';
-import type { EventStore, GlobalPosition, RecordedEvent } from './port.js';
+import { encodePosition, type EventStore, type GlobalPosition, type RecordedEvent } from './port.js';
 
 /**
  * The one reader of the log in domain terms: every consumer (command handling, the cascade, the
@@ -74,7 +74,7 @@ export function foreignEventLog(logger: Logger, count: (reason: ForeignReason) =
         version: event.version.toString(),
         type: event.type,
         eventId: event.id,
-        position: `${event.position.commit}:${event.position.prepare}`,
+        position: encodePosition(event.position),
         reason: event.reason,
       },
       'left out an event another program wrote into a service stream',

@@ -14,6 +14,9 @@ export function comparePositions(a: GlobalPosition, b: GlobalPosition): number {
   return 0;
 }
 
+/** A position as text, `commit:prepare`: in logs, messages and notifications. */
+export const encodePosition = (position: GlobalPosition) => `${position.commit}:${position.prepare}`;
+
 /** The furthest of some positions; undefined when there are none. */
 export function latestPosition(positions: (GlobalPosition | undefined)[]): GlobalPosition | undefined {
   return positions.reduce<GlobalPosition | undefined>(

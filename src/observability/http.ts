@@ -1,15 +1,21 @@
 import { context, defaultTextMapGetter, ROOT_CONTEXT, SpanKind, SpanStatusCode, trace, type Span } from '@opentelemetry/api';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { isOperationName } from '../api/operations.js';
 import type { Metrics } from './metrics.js';
 import { traceContextPropagator, tracer } from './tracing.js';
+
+export type HttpObservationOptions = {
+  /** Whether the app also answers `GET /metrics`. */
+  serveMetrics: boolean;
+  /** Whether a body's `query` names an API operation: the API's table, passed in, since observability sits below the API. */
+  isOperationName: (query: string) => boolean;
+};
 
 /**
  * What a request is, as a label: the API operation for `POST /api`, the route for the other
  * endpoints, and `unknown` for anything else (an unknown path or operation, a body that was never
  * read). Never a value taken from the request as it is: labels must stay few.
  */
-export function operationOf(request: FastifyRequest): string {
+function operationOf(request: FastifyRequest, isOperationName: (query: string) => boolean): string {
   const route = request.routeOptions.url;
   if (route === undefined) return 'unknown';
   if (route !== '/api') return route;
@@ -26,7 +32,7 @@ const spanName = (request: FastifyRequest, operation: string) =>
  * database calls it makes become its children and its log lines carry its trace id.
  * With `serveMetrics` the app also answers `GET /metrics`.
  */
-export function observeHttp(app: FastifyInstance, metrics: Metrics, options: { serveMetrics: boolean }): void {
+export function observeHttp(app: FastifyInstance, metrics: Metrics, options: HttpObservationOptions): void {
   const spans = new WeakMap<FastifyRequest, Span>();
 
   // A callback hook, not an async one: fastify runs the rest of the request (the later hooks, the
@@ -48,7 +54,7 @@ export function observeHttp(app: FastifyInstance, metrics: Metrics, options: { s
   });
 
   app.addHook('onResponse', async (request, reply) => {
-    const operation = operationOf(request);
+    const operation = operationOf(request, options.isOperationName);
     const labels = { operation, status: String(reply.statusCode) };
     metrics.requests.inc(labels);
     metrics.requestDuration.observe(labels, reply.elapsedTime / 1000);

@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Readiness } from '../api/app.js';
+import type { Readiness } from './readiness.js';
 
 /** Every metric name starts with this, the process metrics included. */
 export const metricPrefix = 'wsapi_';

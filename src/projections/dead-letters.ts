@@ -1,7 +1,6 @@
 import type { EventAddress } from '../eventstore/event-log.js';
-import type { GlobalPosition } from '../eventstore/port.js';
+import { encodePosition, type GlobalPosition } from '../eventstore/port.js';
 import type { PoolClient } from '../infra/postgres.js';
-import { encodePosition } from './progress.js';
 import { projectorName } from './tables.js';
 
 /**

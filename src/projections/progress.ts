@@ -7,8 +7,6 @@ import { readCheckpoint } from './tables.js';
 
 export const progressChannel = 'projection_progress';
 
-export const encodePosition = (position: GlobalPosition) => `${position.commit}:${position.prepare}`;
-
 function decodePosition(payload: string): GlobalPosition | undefined {
   const match = /^(\d+):(\d+)$/.exec(payload);
   return match ? { commit: BigInt(match[1]!), prepare: BigInt(match[2]!) } : undefined;

@@ -1,13 +1,13 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eventstore/event-log.js';
-import { comparePositions, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { comparePositions, encodePosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings, isConnectionError } from '../infra/postgres.js';
 import { applyBatch, rowsToLoad, type BatchChanges } from './batch.js';
 import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
-import { encodePosition, progressChannel, type ProjectionProgress } from './progress.js';
+import { progressChannel, type ProjectionProgress } from './progress.js';
 import { loadRows, readCheckpoint, writeChanges } from './tables.js';
 
 /**

@@ -2,14 +2,9 @@ import { createHash } from 'node:crypto';
 import { ServiceError, unavailable } from '../errors.js';
 import { readRecord } from '../eventstore/event-log.js';
 import { EventStoreRefused, StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
 import type { RecentStates } from './recent-states.js';
-
-export type Decider<Command, State, Event extends DomainEvent> = {
-  initialState: State;
-  decide: (command: Command, state: State) => Envelope<Event>[];
-  evolve: (state: State, event: Envelope<Event>) => State;
-};
 
 export type Outcome<State> = { state: State; position: GlobalPosition | undefined };
 

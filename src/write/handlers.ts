@@ -4,11 +4,11 @@ import { latestPosition, type EventStore, type GlobalPosition } from '../eventst
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { CascadeWorker } from './cascade.js';
 import type { CommandContext } from '../domain/command.js';
-import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
+import { solutionDecider, workspaceDecider, type Decider } from '../domain/deciders.js';
 import { CreationOrder } from './creation-order.js';
 import { RecentStates } from './recent-states.js';
 import type { DomainEvent } from '../domain/events.js';
-import { execute, loadState, timed, type CommandObserver, type Decider, type Outcome } from './execute.js';
+import { execute, loadState, timed, type CommandObserver, type Outcome } from './execute.js';
 import type { JsonObject } from '../domain/merge-patch.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';

@@ -4,7 +4,7 @@ import { pino, type Logger } from 'pino';
 import { buildApp } from '../../src/api/app.js';
 import { mintToken } from '../../src/api/tokens.js';
 import { parseConfig } from '../../src/config.js';
-import { startRuntime, type Runtime, type RuntimeOptions } from '../../src/runtime.js';
+import { startRuntime, type Runtime, type RuntimeOptions } from '../../src/runtime/service.js';
 import { createTestDatabase } from './database.js';
 import { conformingFetch } from './openapi-conformance.js';
 import { testSecret } from './secret.js';

@@ -3,7 +3,7 @@ import { parseConfig } from '../../src/config.js';
 import { ProjectionProgress } from '../../src/projections/progress.js';
 import { ProjectionRunner, type ProjectionRunnerOptions } from '../../src/projections/runner.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../../src/projections/verify.js';
-import { openStores } from '../../src/stores.js';
+import { openStores } from '../../src/runtime/stores.js';
 import { createTestDatabase } from './database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from './event-store.js';
 
@@ -16,7 +16,7 @@ export const silentLogger = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent'
 export async function startStack(databaseUrl?: string, options: { eventStoreUrl?: string } = {}) {
   const url = databaseUrl ?? (await prepareReadDatabase(await createTestDatabase()));
   const eventStoreUrl = options.eventStoreUrl ?? (await eventStoreUrlFor(url));
-  // The stores as every process opens them (src/stores.ts), without the service around them.
+  // The stores as every process opens them (src/runtime/stores.ts), without the service around them.
   const config = parseConfig({ DATABASE_URL: url, EVENTSTORE_URL: eventStoreUrl ?? '' }, 'tool');
   const stores = await openStores(config, silentLogger, { poolSize: 30, listen: true });
   const { pool, listener, store } = stores;

@@ -1,10 +1,9 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { startOfLog } from '../../eventstore/port.js';
+import { encodePosition, startOfLog } from '../../eventstore/port.js';
 import { lockKeys } from '../../infra/lock-keys.js';
 import { connectionSettings } from '../../infra/postgres.js';
 import { skippedPositions } from '../dead-letters.js';
-import { encodePosition } from '../progress.js';
 import { readModelSchema } from '../schema.js';
 import { bulkLoad } from './bulk.js';
 import { catchUp } from './copy.js';

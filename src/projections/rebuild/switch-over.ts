@@ -1,9 +1,9 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
-import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../../eventstore/port.js';
+import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../../eventstore/port.js';
 import type { SkippedEvents } from '../../eventstore/event-log.js';
 import { rowsNeeded } from '../batch.js';
-import { encodePosition, progressChannel } from '../progress.js';
+import { progressChannel } from '../progress.js';
 import { loadRows, projectorName } from '../tables.js';
 import { oneAtATime } from '../../infra/postgres.js';
 import { commit, foldBatch, readCopyPage, writeBatchInTransaction } from './copy.js';

@@ -1,12 +1,12 @@
 import type { Logger } from 'pino';
-import type { Config } from './config.js';
-import { EventStoreDBEventStore } from './eventstore/eventstoredb.js';
-import { foreignEventLog, reportForeignEvents } from './eventstore/event-log.js';
-import type { EventStore } from './eventstore/port.js';
-import { PostgresEventStore } from './eventstore/postgres.js';
-import { startEmbeddedPostgres } from './infra/embedded-postgres.js';
-import { migrate } from './infra/migrate.js';
-import { createPool, PgListener, type Pool } from './infra/postgres.js';
+import type { Config } from '../config.js';
+import { EventStoreDBEventStore } from '../eventstore/eventstoredb.js';
+import { foreignEventLog, reportForeignEvents } from '../eventstore/event-log.js';
+import type { EventStore } from '../eventstore/port.js';
+import { PostgresEventStore } from '../eventstore/postgres.js';
+import { startEmbeddedPostgres } from '../infra/embedded-postgres.js';
+import { migrate } from '../infra/migrate.js';
+import { createPool, PgListener, type Pool } from '../infra/postgres.js';
 
 export type Stores = {
   databaseUrl: string;
@@ -52,7 +52,7 @@ export async function openStores(
         ...(options.eventStoreReadTimeoutMs ? { readTimeoutMs: options.eventStoreReadTimeoutMs } : {}),
       })
     : new PostgresEventStore(pool, listener);
-  // The service reports through its own instrumented store (src/runtime.ts); the tools, the tests and the bench through this one.
+  // The service reports through its own instrumented store (src/runtime/service.ts); the tools, the tests and the bench through this one.
   reportForeignEvents(store, foreignEventLog(logger));
   return {
     databaseUrl,

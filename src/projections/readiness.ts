@@ -1,9 +1,9 @@
-import type { Readiness } from './api/app.js';
-import { readPage } from './eventstore/event-log.js';
-import type { EventStore } from './eventstore/port.js';
-import type { Pool } from './infra/postgres.js';
-import { blockingDeadLetter } from './projections/dead-letters.js';
-import { encodePosition, type ProjectionProgress } from './projections/progress.js';
+import { readPage } from '../eventstore/event-log.js';
+import { encodePosition, type EventStore } from '../eventstore/port.js';
+import type { Pool } from '../infra/postgres.js';
+import type { Readiness } from '../observability/readiness.js';
+import { blockingDeadLetter } from './dead-letters.js';
+import type { ProjectionProgress } from './progress.js';
 
 /**
  * `/readyz` (contract §13): ready when the event store and the read database answer and the
