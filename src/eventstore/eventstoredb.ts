@@ -54,6 +54,8 @@ const readPosition = (position: GlobalPosition): ReadPosition =>
   comparePositions(position, startOfLog) === 0 ? START : { commit: position.commit, prepare: position.prepare };
 /** Stream reads carry the `$all` position on servers from 22.6; older ones send none (or 2^64-1). */
 const noPosition = 2n ** 64n - 1n;
+/** About one log record of a small event (metadata included), until pages read tell better. */
+const typicalBytesPerEvent = 400;
 const toGlobal = (position: Position | undefined): GlobalPosition | undefined =>
   position && position.commit !== noPosition ? { commit: position.commit, prepare: position.prepare } : undefined;
 
@@ -113,6 +115,11 @@ export class EventStoreDBEventStore implements EventStore {
   private readonly readTimeoutMs: number;
   /** Where the last `$all` scan ended without finding anything of ours after `after`. */
   private scanned: { after: GlobalPosition; to: GlobalPosition } | undefined;
+  /**
+   * The log's bytes per event, learnt from the pages of `$all` read (positions are byte offsets in
+   * the log): what estimateEventsBetween divides by. Before any page, a record of a small event.
+   */
+  private bytesPerEvent = typicalBytesPerEvent;
   /** While set and in the future, waitForEvents polls instead of subscribing (back-off after a failed subscription). */
   private subscribeAgainAt = 0;
   private subscribeFailures = 0;
@@ -179,6 +186,10 @@ export class EventStoreDBEventStore implements EventStore {
         if (found.length === limit) return found;
       }
       const lastSeen = page[page.length - 1]?.event?.position;
+      const firstSeen = page[0]?.event?.position;
+      if (firstSeen && lastSeen && page.length > 1) {
+        this.bytesPerEvent = Math.max(1, Number(lastSeen.commit - firstSeen.commit) / (page.length - 1));
+      }
       if (page.length < pageSize || !lastSeen) {
         // The end of the log: nothing of ours lies between the last event found and `lastSeen`, and
         // the log only grows at its end, so the next read from there may start at `lastSeen`.
@@ -237,6 +248,18 @@ export class EventStoreDBEventStore implements EventStore {
         );
       });
     });
+  }
+
+  /** The last event of `$all`, of any stream: readAll may leave it out (foreign and system events). */
+  async readLastPosition(): Promise<GlobalPosition | undefined> {
+    const [last] = await this.collect('read $all backwards', this.readTimeoutMs, () =>
+      this.client.readAll({ fromPosition: END, direction: BACKWARDS, maxCount: 1 }),
+    );
+    return last?.event?.position;
+  }
+
+  estimateEventsBetween(from: GlobalPosition, to: GlobalPosition): number {
+    return Math.max(0, Math.round(Number(to.commit - from.commit) / this.bytesPerEvent));
   }
 
   async ping(): Promise<void> {

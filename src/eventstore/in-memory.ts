@@ -45,6 +45,14 @@ export class InMemoryEventStore implements EventStore {
     return this.log.filter((event) => comparePositions(event.position, after) > 0).slice(0, limit);
   }
 
+  async readLastPosition(): Promise<GlobalPosition | undefined> {
+    return this.log.at(-1)?.position;
+  }
+
+  estimateEventsBetween(from: GlobalPosition, to: GlobalPosition): number {
+    return Math.max(0, Number(to.prepare - from.prepare));
+  }
+
   waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {
     return new Promise((resolve) => {
       const done = () => {

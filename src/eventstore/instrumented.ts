@@ -10,12 +10,13 @@ import {
   type StreamOrderedLog,
 } from './port.js';
 
-type CallName = 'append' | 'read_stream' | 'read_all' | 'read_log_by_stream' | 'ping';
+type CallName = 'append' | 'read_stream' | 'read_all' | 'read_log_by_stream' | 'read_last_position' | 'ping';
 
 /**
  * The event store port with each call timed (by call and outcome) and traced as a child span of
  * the request it serves. Applied once where the service is composed, so both adapters get it.
- * `waitForEvents` is a wait, not a call: it is neither timed nor traced.
+ * `waitForEvents` is a wait, not a call, and `estimateEventsBetween` reads nothing: neither is timed
+ * nor traced.
  */
 export class InstrumentedEventStore implements EventStore {
   /** Present when the wrapped store has it (the PostgreSQL store). */
@@ -43,6 +44,14 @@ export class InstrumentedEventStore implements EventStore {
 
   readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
     return this.observe('read_all', { 'wsapi.limit': limit }, () => this.store.readAll(after, limit));
+  }
+
+  readLastPosition(): Promise<GlobalPosition | undefined> {
+    return this.observe('read_last_position', {}, () => this.store.readLastPosition());
+  }
+
+  estimateEventsBetween(from: GlobalPosition, to: GlobalPosition): number {
+    return this.store.estimateEventsBetween(from, to);
   }
 
   waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {

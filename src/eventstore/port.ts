@@ -115,6 +115,18 @@ export interface EventStore {
    * the service's streams.
    */
   readLogByStream?<T>(consume: (log: StreamOrderedLog) => Promise<T>): Promise<T>;
+  /**
+   * The position of the log's last event as readers see it now (an event that commits later may
+   * still come before it), of any stream: readAll may leave it out. Undefined for an empty log.
+   */
+  readLastPosition(): Promise<GlobalPosition | undefined>;
+  /**
+   * How many events lie after `from`, up to and including `to`, as the adapter can tell without
+   * reading them: exact in memory, the difference of PostgreSQL's event numbers (which counts
+   * numbers rolled-back appends took), EventStoreDB's log distance over its recent bytes per event.
+   * Never negative.
+   */
+  estimateEventsBetween(from: GlobalPosition, to: GlobalPosition): number;
   /** Resolves once events after `after` may be readable, when `signal` aborts, or after `timeoutMs`. */
   waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void>;
   /** Throws when the store cannot be reached. */

@@ -184,6 +184,27 @@ export class PostgresEventStore implements EventStore {
     return rows.map(toRecordedEvent);
   }
 
+  async readLastPosition(): Promise<GlobalPosition | undefined> {
+    const { rows } = await this.guard(() =>
+      this.pool.query<{ commit_position: string; position: string }>(
+        named(
+          `SELECT transaction_id::text AS commit_position, position FROM es_events
+           WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+           ORDER BY transaction_id DESC, position DESC
+           LIMIT 1`,
+          [],
+        ),
+      ),
+    );
+    const row = rows[0];
+    return row ? { commit: BigInt(row.commit_position), prepare: BigInt(row.position) } : undefined;
+  }
+
+  /** Events are numbered by an identity column as they are inserted: the difference counts them, and the numbers rolled-back appends took. */
+  estimateEventsBetween(from: GlobalPosition, to: GlobalPosition): number {
+    return Math.max(0, Number(to.prepare - from.prepare));
+  }
+
   async readLogByStream<T>(consume: (log: StreamOrderedLog) => Promise<T>): Promise<T> {
     return this.guard(async () => {
       const client = await this.pool.connect();

@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { Readiness } from './readiness.js';
+import type { ProjectionBacklog, Readiness } from './readiness.js';
 
 /** Every metric name starts with this, the process metrics included. */
 export const metricPrefix = 'wsapi_';
@@ -15,6 +15,8 @@ export type ScrapeSources = {
   readiness: () => Promise<Readiness>;
   /** Events written but not yet projected (up to a cap), and the age of the oldest of them. */
   projectionLag: () => Promise<{ events: number; seconds: number }>;
+  /** How far behind the log's end the projection is (src/projections/readiness.ts). */
+  projectionBacklog: () => Promise<ProjectionBacklog>;
   /** Solutions hidden with their deleted workspace still waiting for their own SolutionDeleted. */
   cascadeBacklog: () => Promise<number>;
   /** Dead letters by state: the one the projector is stopped at, and those skipped or applied on a retry. */
@@ -119,7 +121,8 @@ export class Metrics {
         this.reset();
         this.set({ check: 'all' }, readiness.ready ? 1 : 0);
         for (const [check, value] of Object.entries(readiness.checks)) {
-          this.set({ check }, value === 'ok' || value === 'caught_up' ? 1 : 0);
+          // The figures that come with a projection behind have gauges of their own.
+          if (typeof value === 'string') this.set({ check }, value === 'ok' || value === 'caught_up' ? 1 : 0);
         }
       },
     });
@@ -143,6 +146,28 @@ export class Metrics {
       registers: [this.registry],
       async collect() {
         this.set((await probeLag().catch(() => undefined))?.seconds ?? NaN);
+      },
+    });
+    // Likewise one probe for both backlog gauges.
+    let backlog: Promise<ProjectionBacklog> | undefined;
+    const probeBacklog = () =>
+      (backlog ??= (sources()?.projectionBacklog() ?? Promise.resolve({ events: 0, catchUpSeconds: 0 })).finally(
+        () => (backlog = undefined),
+      ));
+    new Gauge({
+      name: `${metricPrefix}projection_backlog_events`,
+      help: "Events between the projection's checkpoint and the log's end, as the event store estimates them; NaN when the stores cannot be read",
+      registers: [this.registry],
+      async collect() {
+        this.set((await probeBacklog().catch(() => undefined))?.events ?? NaN);
+      },
+    });
+    new Gauge({
+      name: `${metricPrefix}projection_catch_up_seconds`,
+      help: "Seconds the projection needs to reach the log's end at the rate it moved at over the last 10 s (0 when caught up); NaN when unknown",
+      registers: [this.registry],
+      async collect() {
+        this.set((await probeBacklog().catch(() => undefined))?.catchUpSeconds ?? NaN);
       },
     });
     new Gauge({

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { readPage } from '../eventstore/event-log.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { PgListener, Pool } from '../infra/postgres.js';
+import { ProgressSamples } from './catch-up.js';
 import { blockedChannel, blockingDeadLetter } from './dead-letters.js';
 import { readCheckpoint } from './tables.js';
 
@@ -28,9 +29,12 @@ export class ProjectionProgress {
   private stalledAt: GlobalPosition | undefined;
   /** Where the projector stopped at a dead letter (src/projections/dead-letters.ts); cleared once the projection passes it. */
   private stoppedAtDeadLetter: GlobalPosition | undefined;
+  private readonly samples = new ProgressSamples();
 
   constructor(
     private readonly pool: Pool,
+    /** Counts the events between two positions, for the rate the projection moves at. */
+    private readonly estimateEventsBetween: (from: GlobalPosition, to: GlobalPosition) => number,
     listener: PgListener,
     private readonly logger: Logger,
     private readonly pollIntervalMs = 200,
@@ -69,6 +73,7 @@ export class ProjectionProgress {
   advance(position: GlobalPosition): void {
     if (comparePositions(position, this.checkpoint) <= 0) return;
     this.checkpoint = position;
+    this.samples.record(performance.now(), position);
     if (this.stalledAt && comparePositions(position, this.stalledAt) >= 0) this.stalledAt = undefined;
     if (this.stoppedAtDeadLetter && comparePositions(position, this.stoppedAtDeadLetter) >= 0) this.stoppedAtDeadLetter = undefined;
     for (const waiter of this.waiters) {
@@ -100,7 +105,7 @@ export class ProjectionProgress {
         position,
         resolve,
         timer: setTimeout(() => {
-          if (!this.stalledAt || comparePositions(position, this.stalledAt) < 0) this.stalledAt = position;
+          this.markStalled(position);
           this.settle(waiter, false);
         }, timeoutMs),
       };
@@ -109,9 +114,39 @@ export class ProjectionProgress {
     });
   }
 
+  /** Events per second the projection has moved at over the last seconds, as this instance saw it; 0 when unknown or stopped. */
+  eventsPerSecond(): number {
+    return this.samples.eventsPerSecond(performance.now(), this.estimateEventsBetween);
+  }
+
+  /** Seconds until the projection reaches `position` at its present rate; undefined when there is no rate to go by. */
+  secondsToReach(position: GlobalPosition): number | undefined {
+    if (comparePositions(this.checkpoint, position) >= 0) return 0;
+    const rate = this.eventsPerSecond();
+    return rate > 0 ? this.estimateEventsBetween(this.checkpoint, position) / rate : undefined;
+  }
+
+  /**
+   * A command's wait for `position` given up before it starts, when the rate the projection moves
+   * at says it is out of reach within `timeoutMs` (twice over, so that a passing slowdown or a
+   * rough estimate never cuts short a wait that could succeed): reported as stalled, like a wait
+   * that ran out.
+   */
+  outOfReach(position: GlobalPosition, timeoutMs: number): boolean {
+    const seconds = this.secondsToReach(position);
+    if (seconds === undefined || seconds * 1000 <= 2 * timeoutMs) return false;
+    this.markStalled(position);
+    return true;
+  }
+
   close(): void {
     for (const waiter of this.waiters) this.settle(waiter, false);
     clearTimeout(this.pollTimer);
+  }
+
+  /** Not ready until the projection passes the earliest position a command gave up waiting for. */
+  private markStalled(position: GlobalPosition): void {
+    if (!this.stalledAt || comparePositions(position, this.stalledAt) < 0) this.stalledAt = position;
   }
 
   private settle(waiter: Waiter, reached: boolean): void {

@@ -1,15 +1,49 @@
-import { readPage } from '../eventstore/event-log.js';
-import { encodePosition, type EventStore } from '../eventstore/port.js';
+import { comparePositions, encodePosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
-import type { Readiness } from '../observability/readiness.js';
+import type { ProjectionBacklog, Readiness } from '../observability/readiness.js';
 import { blockingDeadLetter } from './dead-letters.js';
 import type { ProjectionProgress } from './progress.js';
 
+/** How long a probe waits for the projection to reach the log's end it read, at most. */
+const probeWaitMs = 1000;
+
+/** Whether an event the projection has to pass lies after its checkpoint, at or before `end`. */
+async function eventsUpTo(store: EventStore, progress: ProjectionProgress, end: GlobalPosition): Promise<boolean> {
+  const [next] = await store.readAll(progress.current, 1);
+  return next !== undefined && comparePositions(next.position, end) <= 0;
+}
+
+/**
+ * Whether the projection reaches, within `waitMs`, the end of the log as read at the start of the
+ * probe: not merely the next event, which a projector catching up passes every few milliseconds
+ * while far behind. The log's last event may be one the projector never lands on (another
+ * application's, a system event): what counts is that none of the events it has to pass is left.
+ */
+async function reachesEnd(store: EventStore, progress: ProjectionProgress, waitMs: number): Promise<boolean> {
+  await progress.refresh();
+  const end = await store.readLastPosition();
+  if (!end || comparePositions(progress.current, end) >= 0 || !(await eventsUpTo(store, progress, end))) return true;
+  return (await progress.waitFor(end, waitMs)) || !(await eventsUpTo(store, progress, end));
+}
+
+/**
+ * How far behind the log's end the projection is: the events still to apply (as the store
+ * estimates them) and the seconds they take at the rate the projection has moved at lately
+ * (NaN while it has not moved: stopped, or just started).
+ */
+export async function measureBacklog(store: EventStore, progress: ProjectionProgress): Promise<ProjectionBacklog> {
+  await progress.refresh();
+  const end = await store.readLastPosition();
+  if (!end || comparePositions(progress.current, end) >= 0) return { events: 0, catchUpSeconds: 0 };
+  return { events: store.estimateEventsBetween(progress.current, end), catchUpSeconds: progress.secondsToReach(end) ?? NaN };
+}
+
 /**
  * `/readyz` (contract §13): ready when the event store and the read database answer and the
- * projection is caught up. Behind is normal for a moment under load; behind for longer than a
- * command would wait (at most a second here), or after a command gave up waiting, is not; nor is
- * a projector stopped at an event it cannot apply, which `dead_letter` names.
+ * projection has reached, within a second, the log's end as read at the probe. Behind, the checks
+ * carry the backlog in events and the estimated seconds to catch up (null while there is no rate
+ * to go by). A command that gave up waiting also makes it not ready until the projection passes
+ * its events; so does a projector stopped at an event it cannot apply, which `dead_letter` names.
  */
 export async function checkReadiness(options: {
   store: EventStore;
@@ -18,7 +52,7 @@ export async function checkReadiness(options: {
   projectionWaitMs: number;
 }): Promise<Readiness> {
   const { store, pool, progress } = options;
-  const checks: Record<string, string> = {};
+  const checks: Readiness['checks'] = {};
   const probe = async (name: string, work: () => Promise<unknown>) => {
     try {
       await work();
@@ -36,13 +70,15 @@ export async function checkReadiness(options: {
       checks.dead_letter =
         `projector stopped at ${deadLetter.streamName} version ${deadLetter.version} (${deadLetter.type}, position ` +
         `${encodePosition(deadLetter.position)}): ${deadLetter.error}; see npm run projections:dead-letters -- list`;
+    } else if (!progress.stalled && (await reachesEnd(store, progress, Math.min(options.projectionWaitMs, probeWaitMs)))) {
+      checks.projection = 'caught_up';
     } else {
-      await progress.refresh();
-      const { end, unreadable } = await readPage(store, progress.current, 1);
-      const next = end ?? unreadable?.event.position;
-      const caughtUp = !progress.stalled && (!next || (await progress.waitFor(next, Math.min(options.projectionWaitMs, 1000))));
-      checks.projection = caughtUp ? 'caught_up' : 'behind';
+      const backlog = await measureBacklog(store, progress);
+      checks.projection = 'behind';
+      checks.projection_backlog_events = backlog.events;
+      checks.projection_catch_up_seconds = Number.isFinite(backlog.catchUpSeconds) ? Math.ceil(backlog.catchUpSeconds) : null;
     }
   }
-  return { ready: Object.values(checks).every((value) => value === 'ok' || value === 'caught_up'), checks };
+  const passed = (value: unknown) => value === 'ok' || value === 'caught_up';
+  return { ready: ['event_store', 'read_database', 'projection'].every((name) => passed(checks[name])), checks };
 }

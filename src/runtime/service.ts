@@ -18,7 +18,7 @@ import type { Pool } from '../infra/postgres.js';
 import { Metrics, projectionLagProbeLimit } from '../observability/metrics.js';
 import { deadLetterCounts } from '../projections/dead-letters.js';
 import { measureProjectionLag, ProjectionProgress } from '../projections/progress.js';
-import { checkReadiness } from '../projections/readiness.js';
+import { checkReadiness, measureBacklog } from '../projections/readiness.js';
 import { ProjectionRunner } from '../projections/runner.js';
 import { getSolution, listSolutions } from '../read/solutions.js';
 import { getWorkspace, listWorkspaces } from '../read/workspaces.js';
@@ -79,7 +79,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       },
       onStep: (step, seconds) => metrics.commandSteps.observe({ step }, seconds),
     };
-    const progress = new ProjectionProgress(pool, listener, logger);
+    const progress = new ProjectionProgress(pool, (from, to) => store.estimateEventsBetween(from, to), listener, logger);
     await progress.refresh();
     const cascade = new CascadeWorker(store, pool, logger, observer);
     const projector = new ProjectionRunner({
@@ -104,6 +104,10 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       clock: createClock(),
       newId: (prefix, seed) => `${prefix}${seed === undefined ? nanoid() : idFromSeed(seed)}`,
       awaitProjection: async (position, timeoutMs) => {
+        // Behind by more than the wait could make up at the rate the projection moves (a backlog
+        // being caught up), the command answers at once, as after a wait that ran out: /readyz and
+        // the backlog metrics say why, so no line per command either.
+        if (progress.outOfReach(position, timeoutMs)) return false;
         const reached = await progress.waitFor(position, timeoutMs);
         // Stopped at a dead letter, every command answers at once: the projector has logged the
         // event once, and /readyz names it; a line per command would add nothing.
@@ -129,6 +133,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     metrics.watch({
       readiness,
       projectionLag: () => measureProjectionLag(store, progress, projectionLagProbeLimit),
+      projectionBacklog: () => measureBacklog(store, progress),
       cascadeBacklog: () => cascade.pendingCount(),
       deadLetters: () => deadLetterCounts(pool),
     });

@@ -136,6 +136,32 @@ export function eventStoreContract(open: () => Promise<StoreUnderTest>): void {
     expect((await store().readStream(name)).map((event) => event.position)).toEqual(all.map((event) => event.position));
   });
 
+  it("reads the log's last position and estimates how many events lie between two positions", async () => {
+    const after = await head();
+    const name = stream('backlog');
+    let last: GlobalPosition = after;
+    for (let version = 0n; version < 40n; version += 4n) {
+      last = (
+        await store().append(name, version, [
+          newEvent('WorkspaceUpdated'),
+          newEvent('WorkspaceUpdated'),
+          newEvent('WorkspaceUpdated'),
+          newEvent('WorkspaceUpdated'),
+        ])
+      ).position;
+    }
+    // At or past the last append: on a shared store, others may have appended since.
+    const end = await store().readLastPosition();
+    expect(end && comparePositions(end, last)).toBeGreaterThanOrEqual(0);
+    // The estimate needs no read of the events, but may learn from reads made before it.
+    await readAllOf(store(), after, new Set([name]));
+    expect(store().estimateEventsBetween(last, last)).toBe(0);
+    expect(store().estimateEventsBetween(last, after)).toBe(0);
+    const estimate = store().estimateEventsBetween(after, last);
+    expect(estimate).toBeGreaterThanOrEqual(20);
+    expect(estimate).toBeLessThanOrEqual(80);
+  });
+
   it('reads all events after a stored position in global order, positions strictly increasing', async () => {
     const after = await head();
     const names = [stream('all-a'), stream('all-b'), solutionStream(`${run}-all-c`)];

@@ -124,3 +124,25 @@ export function seededRandom(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
+
+/**
+ * A backlog for the projector: `records` workspaces of `organizationId`, each created and then
+ * updated until its stream holds `eventsPerRecord` events, one append per record.
+ */
+export function workspaceHistories(name: string, organizationId: string, records: number, eventsPerRecord: number): PlannedAppend[] {
+  return Array.from({ length: records }, (_, record) => {
+    const id = `ws_${name}_${record}`;
+    let state = initialWorkspaceState;
+    const events: Envelope[] = [];
+    const decide = (command: Parameters<typeof decideWorkspace>[0]) => {
+      const decided = decideWorkspace(command, state);
+      state = decided.reduce((s, e) => evolveWorkspace(s, e as never), state);
+      events.push(...decided);
+    };
+    decide({ type: 'CreateWorkspace', id, organizationId, name: id, context: context(name) });
+    for (let update = 1; update < eventsPerRecord; update++) {
+      decide({ type: 'UpdateWorkspace', id, name: `${id} ${update}`, attributes: { update }, context: context(name) });
+    }
+    return { streamName: workspaceStream(id), expectedVersion: 0n, events: toNew(events) };
+  });
+}

@@ -20,7 +20,7 @@ export async function startStack(databaseUrl?: string, options: { eventStoreUrl?
   const config = parseConfig({ DATABASE_URL: url, EVENTSTORE_URL: eventStoreUrl ?? '' }, 'tool');
   const stores = await openStores(config, silentLogger, { poolSize: 30, listen: true });
   const { pool, listener, store } = stores;
-  const progress = new ProjectionProgress(pool, listener, silentLogger);
+  const progress = new ProjectionProgress(pool, (from, to) => store.estimateEventsBetween(from, to), listener, silentLogger);
   const runners: ProjectionRunner[] = [];
   return {
     url,

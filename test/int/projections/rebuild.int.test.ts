@@ -315,6 +315,8 @@ describe('the live projector across a switch', () => {
         readsFrom.push(after);
         return stack.store.readAll(after, limit);
       },
+      readLastPosition: () => stack.store.readLastPosition(),
+      estimateEventsBetween: (...args) => stack.store.estimateEventsBetween(...args),
       waitForEvents: (...args) => stack.store.waitForEvents(...args),
       ping: () => stack.store.ping(),
       close: async () => undefined,

@@ -1,0 +1,97 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { createTestDatabase } from '../support/database.js';
+import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase } from '../support/event-store.js';
+import { workspaceHistories } from '../support/generate.js';
+import { scrape, total } from '../support/metrics.js';
+import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
+import { eventually, startStack, type Stack } from '../support/stack.js';
+
+/**
+ * Contract §11 and §13 while the projector catches up a backlog (a fresh read database over a
+ * long log, as after a restore): /readyz says not ready, with the backlog and the time to catch
+ * up, until the projection reaches the log's end; a command whose events cannot be projected
+ * within PROJECTION_WAIT_MS answers at once with its result. Both event stores.
+ */
+const org = 'org_catch_up';
+/**
+ * A backlog that takes several seconds to project: 200,000 events from PostgreSQL; 30,000 from the
+ * EventStoreDB stand-in, which serves a few thousand events a second (protobuf messages built and
+ * parsed one by one, in the test's own process).
+ */
+const eventsPerRecord = 25;
+const records = (onEventStoreDB ? 30_000 : 200_000) / eventsPerRecord;
+const projectionWaitMs = 1000;
+
+type ReadyAnswer = { status: number; checks: Record<string, unknown> };
+
+describe('a service started on a fresh read database over a long log', () => {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+  });
+
+  async function seed(stack: Stack): Promise<void> {
+    const appends = workspaceHistories('backlog', org, records, eventsPerRecord);
+    const writers = Array.from({ length: 16 }, async () => {
+      for (let next = appends.pop(); next; next = appends.pop())
+        await stack.store.append(next.streamName, next.expectedVersion, next.events);
+    });
+    await Promise.all(writers);
+  }
+
+  const readyz = async (service: ServiceProcess): Promise<ReadyAnswer> => {
+    const response = await fetch(`${service.url}/readyz`);
+    return { status: response.status, checks: ((await response.json()) as { checks: Record<string, unknown> }).checks };
+  };
+
+  it('is not ready, with the backlog and the time to catch up, until it has caught up; commands answer at once meanwhile', async () => {
+    const databaseUrl = await prepareReadDatabase(await createTestDatabase());
+    const eventStoreUrl = await eventStoreUrlFor(databaseUrl);
+    const stack = await startStack(databaseUrl);
+    cleanups.push(() => stack.close());
+    await seed(stack);
+
+    const service = await startServiceProcess({ databaseUrl, eventStoreUrl, env: { PROJECTION_WAIT_MS: String(projectionWaitMs) } });
+    cleanups.push(() => service.signal('SIGKILL'));
+    const token = await service.token([org]);
+
+    // Behind: 503, the backlog in events, and once the projector has moved a while, an estimate.
+    let behind: ReadyAnswer | undefined;
+    await eventually(async () => {
+      const answer = await readyz(service);
+      expect(answer.status, JSON.stringify(answer.checks)).toBe(503);
+      if (typeof answer.checks.projection_catch_up_seconds === 'number') behind = answer;
+      return behind !== undefined;
+    }, 60_000);
+    expect(behind!.checks).toMatchObject({ event_store: 'ok', read_database: 'ok', projection: 'behind' });
+    expect(behind!.checks.projection_backlog_events).toBeGreaterThan(1000);
+    expect(behind!.checks.projection_catch_up_seconds).toBeGreaterThan(0);
+    const metrics = await scrape(`${service.url}/metrics`);
+    expect(total(metrics, 'wsapi_projection_backlog_events')).toBeGreaterThan(1000);
+    expect(total(metrics, 'wsapi_projection_catch_up_seconds')).toBeGreaterThan(0);
+    expect(total(metrics, 'wsapi_ready', { check: 'all' })).toBe(0);
+
+    // A command behind the backlog cannot be projected within PROJECTION_WAIT_MS: it answers its
+    // result at once, marked behind, rather than after the whole wait.
+    const started = performance.now();
+    const response = await fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ query: 'create_workspace', params: { organization_id: org, name: 'During the catch-up' } }),
+    });
+    const elapsedMs = performance.now() - started;
+    expect(response.status).toBe(200);
+    expect(((await response.json()) as { data: { name: string } }).data.name).toBe('During the catch-up');
+    expect(response.headers.get('x-projection-behind')).toBe('true');
+    expect(elapsedMs, service.output()).toBeLessThan(projectionWaitMs);
+    expect((await readyz(service)).status).toBe(503);
+
+    // Caught up: ready, and the read tables are the fold of the log.
+    await eventually(async () => (await readyz(service)).status === 200, 120_000);
+    expect((await readyz(service)).checks).toEqual({ event_store: 'ok', read_database: 'ok', projection: 'caught_up' });
+    const caughtUp = await scrape(`${service.url}/metrics`);
+    expect(total(caughtUp, 'wsapi_projection_backlog_events')).toBe(0);
+    expect(total(caughtUp, 'wsapi_projection_catch_up_seconds')).toBe(0);
+    expect(await stack.differences()).toEqual([]);
+  }, 240_000);
+});
