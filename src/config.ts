@@ -42,6 +42,7 @@ const environmentSchema = z
     AUTH_ISSUER: optionalString,
     AUTH_AUDIENCE: optionalString,
     PROJECTION_WAIT_MS: integer(5000, 0, 600_000),
+    PROJECTOR_MAX_BATCH_EVENTS: integer(20_000, 500, 1_000_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
@@ -80,6 +81,8 @@ export type Config = Readonly<{
     audience: string | undefined;
   }>;
   projectionWaitMs: number;
+  /** The most events the projector applies in one batch while it catches up (src/projections/catch-up.ts). */
+  projectorMaxBatchEvents: number;
   bodyLimitBytes: number;
   rateLimitPerMinute: number;
   logLevel: string;
@@ -125,6 +128,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
       audience: env.AUTH_AUDIENCE,
     }),
     projectionWaitMs: env.PROJECTION_WAIT_MS,
+    projectorMaxBatchEvents: env.PROJECTOR_MAX_BATCH_EVENTS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
     logLevel: env.LOG_LEVEL,

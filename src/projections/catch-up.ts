@@ -50,6 +50,21 @@ export class ProgressSamples {
     return estimate(first.position, last.position) / ((now - first.at) / 1000);
   }
 
+  /**
+   * The fastest rate between two consecutive samples in the window: what the projection is known
+   * to manage when it has the events to apply, as opposed to the mean, which idle time lowers.
+   * 0 when unknown.
+   */
+  peakEventsPerSecond(now: number, estimate: (from: GlobalPosition, to: GlobalPosition) => number): number {
+    this.forget(now);
+    let peak = 0;
+    for (let index = 1; index < this.samples.length; index++) {
+      const [before, after] = [this.samples[index - 1]!, this.samples[index]!];
+      if (after.at > before.at) peak = Math.max(peak, estimate(before.position, after.position) / ((after.at - before.at) / 1000));
+    }
+    return peak;
+  }
+
   private forget(now: number): void {
     while (this.samples.length > 0 && this.samples[0]!.at < now - this.windowMs) this.samples.shift();
   }

@@ -8,6 +8,9 @@ import { readCheckpoint } from './tables.js';
 
 export const progressChannel = 'projection_progress';
 
+/** A backlog this large is a catch-up (a restored or new read database, a burst of imports), not the ordinary lag of a busy service. */
+export const catchUpBacklogEvents = 10_000;
+
 function decodePosition(payload: string): GlobalPosition | undefined {
   const match = /^(\d+):(\d+)$/.exec(payload);
   return match ? { commit: BigInt(match[1]!), prepare: BigInt(match[2]!) } : undefined;
@@ -127,14 +130,17 @@ export class ProjectionProgress {
   }
 
   /**
-   * A command's wait for `position` given up before it starts, when the rate the projection moves
-   * at says it is out of reach within `timeoutMs` (twice over, so that a passing slowdown or a
-   * rough estimate never cuts short a wait that could succeed): reported as stalled, like a wait
-   * that ran out.
+   * A command's wait for `position` given up before it starts, when it is certain to fail: the
+   * projection is catching up a backlog (at least {@link catchUpBacklogEvents} events before the
+   * command's), and even at the fastest rate it has shown lately it needs more than twice
+   * `timeoutMs` for it. An ordinary lag, or a rate not known, is waited for as usual. Reported as
+   * stalled, like a wait that ran out.
    */
   outOfReach(position: GlobalPosition, timeoutMs: number): boolean {
-    const seconds = this.secondsToReach(position);
-    if (seconds === undefined || seconds * 1000 <= 2 * timeoutMs) return false;
+    const backlog = this.estimateEventsBetween(this.checkpoint, position);
+    if (backlog < catchUpBacklogEvents) return false;
+    const peak = this.samples.peakEventsPerSecond(performance.now(), this.estimateEventsBetween);
+    if (peak <= 0 || (backlog / peak) * 1000 <= 2 * timeoutMs) return false;
     this.markStalled(position);
     return true;
   }

@@ -88,6 +88,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       progress,
       logger: logger.child({ component: 'projector' }),
       batchSize: options.projectorBatchSize,
+      maxBatchSize: config.projectorMaxBatchEvents,
       onCascadesPending: () => cascade.drainAll(),
       onBatchApplied: (events, seconds) => {
         metrics.projectorBatchEvents.observe(events);

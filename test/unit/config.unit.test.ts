@@ -32,6 +32,7 @@ describe('parseConfig', () => {
       dataDir: './.data',
       auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined },
       projectionWaitMs: 5000,
+      projectorMaxBatchEvents: 20_000,
       bodyLimitBytes: 1024 * 1024,
       rateLimitPerMinute: 0,
       logLevel: 'info',
@@ -75,6 +76,7 @@ describe('parseConfig', () => {
       AUTH_ISSUER: 'https://issuer.example',
       AUTH_AUDIENCE: 'workspace-api',
       PROJECTION_WAIT_MS: '250',
+      PROJECTOR_MAX_BATCH_EVENTS: '1000',
       BODY_LIMIT_BYTES: '2048',
       RATE_LIMIT_PER_MINUTE: '120',
       LOG_LEVEL: 'debug',
@@ -92,6 +94,7 @@ describe('parseConfig', () => {
       dataDir: '/var/lib/app',
       auth: { jwtSecret: secret, jwksUrl: undefined, issuer: 'https://issuer.example', audience: 'workspace-api' },
       projectionWaitMs: 250,
+      projectorMaxBatchEvents: 1000,
       bodyLimitBytes: 2048,
       rateLimitPerMinute: 120,
       logLevel: 'debug',
@@ -177,6 +180,7 @@ describe('parseConfig', () => {
 
   it.each([
     ['PROJECTION_WAIT_MS', '600001'],
+    ['PROJECTOR_MAX_BATCH_EVENTS', '499'],
     ['PROJECTION_WAIT_MS', '-5'],
     ['BODY_LIMIT_BYTES', '1023'],
     ['BODY_LIMIT_BYTES', String(64 * 1024 * 1024 + 1)],

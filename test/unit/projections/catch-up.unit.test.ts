@@ -54,3 +54,24 @@ describe('the rate the projection moves at', () => {
     expect(samples.eventsPerSecond(1000, count)).toBe(3000);
   });
 });
+
+describe('the fastest rate the projection has shown', () => {
+  const at = (events: number) => ({ commit: BigInt(events), prepare: BigInt(events) });
+  const count = (from: { prepare: bigint }, to: { prepare: bigint }) => Number(to.prepare - from.prepare);
+
+  it('given a burst after an idle spell, is the burst rate, not the mean the idle time lowers', () => {
+    const samples = new ProgressSamples();
+    samples.record(0, at(0));
+    samples.record(5000, at(10));
+    samples.record(6000, at(20_010));
+    samples.record(7000, at(40_010));
+    expect(samples.peakEventsPerSecond(7000, count)).toBe(20_000);
+    expect(samples.eventsPerSecond(7000, count)).toBeCloseTo(40_010 / 7, 0);
+  });
+
+  it('given fewer than two samples, is unknown (0)', () => {
+    const samples = new ProgressSamples();
+    samples.record(0, at(10));
+    expect(samples.peakEventsPerSecond(100, count)).toBe(0);
+  });
+});
