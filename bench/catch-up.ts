@@ -67,7 +67,7 @@ const stalledAfterMs = 60_000;
 const readyDeadlineMs = 30_000;
 const exited = (service: ServiceProcess) => service.child.exitCode !== null || service.child.signalCode !== null;
 
-/** The seeded log as this bench needs it: its length, its last event, how many of its events lie after a checkpoint, and how it was seeded. */
+/** The seeded log as this bench needs it: its length, its last event, the events after a checkpoint, how it was seeded. */
 type SeededLog = {
   events: number;
   end: GlobalPosition;

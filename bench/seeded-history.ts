@@ -236,7 +236,10 @@ export async function seedPostgresLog(client: pg.Client, count: number): Promise
   return { events: written, streams: streams.length, seconds: (performance.now() - started) / 1000 };
 }
 
-/** Appends on their way at once while seeding EventStoreDB: enough to keep the connection busy, few enough to answer within the adapter's timeout. */
+/**
+ * Appends on their way at once while seeding EventStoreDB: enough to keep the stream busy (64 and
+ * 1,024 seeded the stand-in as fast), few enough for each to be answered within the adapter's timeout.
+ */
 export const appendsInFlight = 256;
 
 /**
