@@ -2,7 +2,9 @@
  * The service against the plain-CRUD baseline (bench/crud-baseline.ts), side by side on one
  * PostgreSQL: each in its own process and database, the same load from this process over 32
  * keep-alive connections, the two alternating round by round so that the machine's noise falls on
- * both alike. Prints per scenario both throughputs, both p50 and p99, and the ratio.
+ * both alike. Prints per scenario both throughputs, both p50 and p99, and the ratio. Last, the
+ * service alone: creates on one instance against creates spread over two instances on its one
+ * database (one of them projecting), with their throughput, p50/p99 and projection lag.
  *
  *   npm run bench -- [--seconds 5] [--rounds 3] [--connections 32]
  */
@@ -20,7 +22,7 @@ import { databaseUrl as databaseUrlOn } from './databases.js';
 import { scrape, total, type Scrape } from '../test/support/metrics.js';
 import { testSecret } from '../test/support/secret.js';
 import { percentile } from './statistics.js';
-import { startServiceProcess } from '../test/support/service-process.js';
+import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 
 const { values } = parseArgs({
   options: {
@@ -86,14 +88,18 @@ const scenarios: Scenario[] = [
   { name: 'list_workspaces', body: () => JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 20 } }) },
 ];
 
-/** `connections` loops, each sending its next request when the last is answered, for `ms`. */
-async function closedLoop(target: Target, scenario: Scenario, ms: number, counter: { next: number }): Promise<Sample> {
+/**
+ * `connections` loops, each sending its next request when the last is answered, for `ms`; the loops
+ * are dealt out over `targets` in turn (instances of one service).
+ */
+async function closedLoop(targets: Target[], scenario: Scenario, ms: number, counter: { next: number }): Promise<Sample> {
   const latencies: number[] = [];
   let failures = 0;
   const started = performance.now();
   const deadline = started + ms;
   await Promise.all(
-    Array.from({ length: connections }, async () => {
+    Array.from({ length: connections }, async (_, loop) => {
+      const target = targets[loop % targets.length]!;
       while (performance.now() < deadline) {
         const index = counter.next++;
         const sent = performance.now();
@@ -148,11 +154,19 @@ function breakdown(operation: string, before: Scrape, after: Scrape): string {
   );
 }
 
-/** The smallest bucket bound under which `q` of the projection waits between two scrapes fell, as "≤ N ms". */
-function waitQuantile(before: Scrape, after: Scrape, q: number): string {
+/**
+ * The smallest bucket bound under which `q` of the projection waits fell, as "≤ N ms": those
+ * between each pair of scrapes (before, after), of one instance or several, taken together.
+ */
+function waitQuantile(intervals: [before: Scrape, after: Scrape][], q: number): string {
   const name = 'wsapi_command_step_duration_seconds_bucket';
-  const below = (le: string) => total(after, name, { step: 'wait_projection', le }) - total(before, name, { step: 'wait_projection', le });
-  const bounds = (after.series.get(name)?.metrics ?? [])
+  const below = (le: string) =>
+    intervals.reduce(
+      (sum, [before, after]) =>
+        sum + total(after, name, { step: 'wait_projection', le }) - total(before, name, { step: 'wait_projection', le }),
+      0,
+    );
+  const bounds = (intervals[0]![1].series.get(name)?.metrics ?? [])
     .filter((sample) => sample.labels?.step === 'wait_projection')
     .map((sample) => sample.labels!.le!)
     .sort((a, b) => Number(a) - Number(b));
@@ -213,6 +227,8 @@ const targets: Target[] = [
   { name: 'service', url: service.url, token, ids: [] },
   { name: 'baseline', url: baseline.url, token, ids: [] },
 ];
+/** The service's second instance, for the last scenario. */
+let second: ServiceProcess | undefined;
 
 try {
   console.log(
@@ -227,12 +243,12 @@ try {
   for (const scenario of scenarios) {
     const counters = { service: { next: 0 }, baseline: { next: 0 } };
     // Warm-up, not counted: connections, JIT, caches.
-    for (const target of targets) await closedLoop(target, scenario, 1000, counters[target.name]);
+    for (const target of targets) await closedLoop([target], scenario, 1000, counters[target.name]);
     const samples: Record<Target['name'], Sample[]> = { service: [], baseline: [] };
     const before = await metricsOf(targets[0]!);
     for (let round = 0; round < rounds; round++) {
       const order = round % 2 === 0 ? targets : [...targets].reverse();
-      for (const target of order) samples[target.name].push(await closedLoop(target, scenario, seconds * 1000, counters[target.name]));
+      for (const target of order) samples[target.name].push(await closedLoop([target], scenario, seconds * 1000, counters[target.name]));
     }
     const result = { service: merge(samples.service), baseline: merge(samples.baseline) };
     measured.set(scenario.name, result);
@@ -262,16 +278,69 @@ try {
   await openLoop(targets[0]!, scenarios[0]!, halfLoad, rounds * seconds * 1000, lagCounter);
   const lagAfter = await metricsOf(targets[0]!);
   console.log(
-    `projection lag at ${Math.round(halfLoad)} creates/s for ${rounds * seconds} s: p50 ${waitQuantile(lagBefore, lagAfter, 0.5)}, ` +
-      `p99 ${waitQuantile(lagBefore, lagAfter, 0.99)} (commit to applied, as commands waited for it; histogram bucket bounds)`,
+    `projection lag at ${Math.round(halfLoad)} creates/s for ${rounds * seconds} s: p50 ${waitQuantile([[lagBefore, lagAfter]], 0.5)}, ` +
+      `p99 ${waitQuantile([[lagBefore, lagAfter]], 0.99)} (commit to applied, as commands waited for it; histogram bucket bounds)`,
   );
   console.log(
     `service RSS at the end: ${(total(lagAfter, 'wsapi_process_resident_memory_bytes') / 2 ** 20).toFixed(0)} MiB, after ${targets[0]!.ids.length} creations and every request above`,
   );
   console.log('where a service command spends its time, mean ms per command (from its /metrics):');
   for (const line of stepLines) console.log(line);
+
+  // Two instances of the service on its one database, as deployed for availability: the first,
+  // started first, holds the projector; the second only serves, and its commands wait for the
+  // first's notifications. Creates from every connection to the first alone, then from the
+  // connections split between both, the two alternating round by round; the lag is every
+  // instance's projection waits over the rounds it took load in.
+  second = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } });
+  const instances: Target[] = [targets[0]!, { name: 'service', url: second.url, token, ids: [] }];
+  const setups = [
+    { name: 'one instance', targets: instances.slice(0, 1), samples: [] as Sample[], intervals: [] as [Scrape, Scrape][] },
+    { name: 'two instances', targets: instances, samples: [] as Sample[], intervals: [] as [Scrape, Scrape][] },
+  ];
+  const setupCounter = { next: 3e9 };
+  for (const setup of setups) await closedLoop(setup.targets, scenarios[0]!, 1000, setupCounter);
+  const instancesBefore = await Promise.all(instances.map(metricsOf));
+  for (let round = 0; round < rounds; round++) {
+    for (const setup of round % 2 === 0 ? setups : [...setups].reverse()) {
+      const before = await Promise.all(setup.targets.map(metricsOf));
+      setup.samples.push(await closedLoop(setup.targets, scenarios[0]!, seconds * 1000, setupCounter));
+      const after = await Promise.all(setup.targets.map(metricsOf));
+      setup.intervals.push(...before.map((scrape, index): [Scrape, Scrape] => [scrape, after[index]!]));
+    }
+  }
+  const instancesAfter = await Promise.all(instances.map(metricsOf));
+  const projectedOn = instances
+    .map((_, index) => index)
+    .filter(
+      (index) =>
+        total(instancesAfter[index]!, 'wsapi_projector_batch_events_count') -
+          total(instancesBefore[index]!, 'wsapi_projector_batch_events_count') >
+        0,
+    )
+    .map((index) => `instance ${index + 1}`);
+  console.log(
+    `two instances on one database: create_workspace from ${connections} connections (split between the instances when two), ` +
+      `${rounds} alternating rounds of ${seconds} s per setup`,
+  );
+  console.log(
+    `${'setup'.padEnd(22)}${'creates/s'.padStart(10)}   p50 / p99 ms      projection lag p50 / p99 (commit to applied, as commands waited for it)`,
+  );
+  for (const setup of setups) {
+    const sample = merge(setup.samples);
+    const failures = sample.failures > 0 ? `  (failures: ${sample.failures})` : '';
+    console.log(
+      `${setup.name.padEnd(22)}${fmt(throughput(sample), 0).padStart(10)}  ${fmt(percentile(sample.latencies, 50), 2)} /${fmt(percentile(sample.latencies, 99), 2)}` +
+        `   ${waitQuantile(setup.intervals, 0.5)} / ${waitQuantile(setup.intervals, 0.99)}${failures}`,
+    );
+  }
+  const [one, two] = setups.map((setup) => throughput(merge(setup.samples)));
+  console.log(
+    `two instances / one: ${fmt(two! / one!, 2).trim()}x the creates/s; projector batches applied by ${projectedOn.join(' and ') || 'neither instance'}`,
+  );
 } finally {
   agent.destroy();
+  await second?.signal('SIGTERM');
   await service.signal('SIGTERM');
   baseline.child.kill('SIGTERM');
   await embedded?.stop();

@@ -1,0 +1,299 @@
+/**
+ * npm run bench:catch-up [-- --events 1000000 --event-store postgres|eventstoredb --database NAME --keep]
+ *
+ * How fast the projector of a freshly started service catches up with a long log, and what
+ * `/readyz` says meanwhile. Seeds `--events` valid events (bench/seeded-history.ts, the history
+ * bench:rebuild seeds), empties the read tables and the projector's checkpoint (as after a restore,
+ * or on a fresh read database), starts the service as its own process (`src/main.ts`, as
+ * `npm start` runs it) and prints: the catch-up rate (events/s from the service's start to its
+ * checkpoint, read from the database, reaching the log's end), when `/readyz` first answered 200
+ * and how many events were still unprojected then, and what `npm run projections:verify` found.
+ *
+ * The events: in PostgreSQL (written straight into es_events, as bench:rebuild does), or with
+ * `--event-store eventstoredb` in the EventStoreDB stand-in (test/support/eventstoredb-standin/),
+ * run in this process and seeded through the service's adapter and the real client.
+ * PostgreSQL: DATABASE_URL's server when set, else the embedded one on DATA_DIR (default: a
+ * directory under the system's temporary directory, kept between runs). The database is dropped
+ * afterwards unless --keep; --database NAME reuses (or creates) a named one, and on PostgreSQL the
+ * events already in it (the stand-in's log lives only as long as the run).
+ */
+import { spawn } from 'node:child_process';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { pino } from 'pino';
+import { parseConfig } from '../src/config.js';
+import { comparePositions, encodePosition, type GlobalPosition } from '../src/eventstore/port.js';
+import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
+import { readCheckpoint } from '../src/projections/tables.js';
+import { openStores } from '../src/runtime/stores.js';
+import { EventStoreDBStandIn } from '../test/support/eventstoredb-standin/index.js';
+import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
+import { databaseUrl as databaseUrlOn } from './databases.js';
+import { appendsInFlight, seedEventStoreDB, seedPostgresLog } from './seeded-history.js';
+
+const usage = 'usage: npm run bench:catch-up -- [--events 1000000] [--event-store postgres|eventstoredb] [--database NAME] [--keep]\n';
+const { values } = parseArgs({
+  options: {
+    events: { type: 'string', default: '1000000' },
+    'event-store': { type: 'string', default: 'postgres' },
+    database: { type: 'string' },
+    keep: { type: 'boolean', default: false },
+  },
+});
+const eventCount = Number(values.events);
+const onEventStoreDB = values['event-store'] === 'eventstoredb';
+if (!['postgres', 'eventstoredb'].includes(values['event-store']!) || !Number.isInteger(eventCount) || eventCount <= 0) {
+  process.stderr.write(usage);
+  process.exit(2);
+}
+const databaseName = values.database ?? `bench_catch_up_${Date.now()}`;
+if (!/^[a-z_][a-z0-9_]*$/.test(databaseName)) {
+  process.stderr.write(`not a plain database name: ${databaseName}\n${usage}`);
+  process.exit(2);
+}
+
+const logger = pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2));
+const out = (line: string) => process.stdout.write(`${line}\n`);
+const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
+const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+/** How often the checkpoint and /readyz are asked: fine enough for runs of seconds, light enough not to slow the projector. */
+const pollMs = 20;
+/** A projector whose checkpoint stands still this long while behind has stopped (a dead letter, a crash loop): the run fails. */
+const stalledAfterMs = 60_000;
+/** How long after the catch-up /readyz may still answer 503 before the run reports that it never answered 200. */
+const readyDeadlineMs = 30_000;
+const exited = (service: ServiceProcess) => service.child.exitCode !== null || service.child.signalCode !== null;
+
+/** The seeded log as this bench needs it: its length, its last event, the events after a checkpoint, how it was seeded. */
+type SeededLog = {
+  events: number;
+  end: GlobalPosition;
+  unprojectedAfter: (checkpoint: GlobalPosition) => Promise<number>;
+  seeding: string;
+};
+
+const embedded = process.env.DATABASE_URL
+  ? undefined
+  : await startEmbeddedPostgres(process.env.DATA_DIR || path.join(tmpdir(), 'wsapi-bench-catch-up'), logger);
+const serverUrl = process.env.DATABASE_URL ?? embedded!.url;
+const databaseUrl = databaseUrlOn(serverUrl, databaseName);
+const admin = new pg.Client({ connectionString: serverUrl });
+await admin.connect();
+if ((await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [databaseName])).rowCount === 0) {
+  await admin.query(`CREATE DATABASE ${databaseName}`);
+}
+const standIn = onEventStoreDB ? await EventStoreDBStandIn.start() : undefined;
+
+// The stores as every process opens them (src/runtime/stores.ts): the schema brought up to date, the adapter to seed through.
+const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl, EVENTSTORE_URL: standIn?.url ?? '' }, 'tool'), logger, {
+  poolSize: 4,
+  listen: false,
+});
+const { pool } = stores;
+let exitCode = 0;
+try {
+  const log = standIn ? await seedStandIn(standIn) : await seedPostgres();
+
+  // As after a restore of the log alone, or on a fresh read database: no rows, no checkpoint, no
+  // dead letters (they name positions the projector stopped at before).
+  await pool.query(
+    'TRUNCATE workspaces, solutions, organization_counts, workspace_solution_counts, cascade_pending, projection_checkpoints, projection_dead_letters',
+  );
+
+  // The checkpoint is watched from the moment the service is started: a short log may be
+  // projected before the service answers /healthz.
+  const watching = new AbortController();
+  const startedAt = performance.now();
+  const since = () => performance.now() - startedAt;
+  let service: ServiceProcess | undefined;
+  const starting = startServiceProcess({ databaseUrl, eventStoreUrl: standIn?.url, env: { LOG_LEVEL: 'warn' } });
+  let caughtUpMs: number | undefined;
+  const catchingUp = waitForCatchUp(log.end, since, watching.signal, () => service !== undefined && exited(service));
+  // Awaited below; should the service fail to start first, that failure is the one reported.
+  catchingUp.catch(() => undefined);
+  try {
+    service = await starting;
+    const healthyMs = since();
+    const ready = watchReadiness(
+      service.url,
+      since,
+      log,
+      () => watching.signal.aborted || (caughtUpMs !== undefined && since() - caughtUpMs > readyDeadlineMs),
+    );
+    // Awaited below; should the catch-up fail first, that failure is the one reported.
+    ready.catch(() => undefined);
+    caughtUpMs = await catchingUp;
+    const firstReady = await ready;
+    await service.signal('SIGTERM');
+
+    const verify = await runVerify(standIn?.url ?? '');
+    const rate = log.events / (caughtUpMs / 1000);
+    // Its differences and notes, if any; its last line goes into the summary.
+    const verifyDetails = verify.output.trim().split('\n').slice(0, -1);
+    for (const line of verifyDetails) out(`projections:verify: ${line}`);
+    const rows: [string, string][] = [
+      ['event store', standIn ? 'EventStoreDB (stand-in, in this process)' : 'PostgreSQL'],
+      ['PostgreSQL', `${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded'}, database ${databaseName}`],
+      ['events in the log', integer.format(log.events)],
+      ['seeding', log.seeding],
+      ['service started (/healthz)', seconds(healthyMs)],
+      ['caught up (checkpoint at the log end)', `${seconds(caughtUpMs)} after the start: ${integer.format(rate)} events/s`],
+      [
+        '/readyz first answered 200',
+        firstReady
+          ? `${seconds(firstReady.atMs)} after the start, with ${integer.format(firstReady.unprojected)} events unprojected`
+          : `not within ${readyDeadlineMs / 1000} s of catching up`,
+      ],
+      ['projections:verify', verify.code === 0 ? verify.summary : `exit ${verify.code}: ${verify.summary}`],
+    ];
+    const width = Math.max(...rows.map(([name]) => name.length));
+    for (const [name, value] of rows) out(`${name.padEnd(width)}  ${value}`);
+    if (verify.code !== 0) exitCode = 1;
+  } catch (error) {
+    if (service) process.stderr.write(`service output:\n${service.output()}\n`);
+    throw error;
+  } finally {
+    watching.abort();
+    await service?.signal('SIGKILL');
+  }
+} finally {
+  await stores.close();
+  await standIn?.stop();
+  // A backend outlives its closed connection by a moment: let ours go before dropping the
+  // database, and before stop(), which leaves the server running while other clients are connected.
+  const settle = () => sleep(250);
+  await settle();
+  if (!values.keep && !values.database) await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`);
+  else out(`kept database ${databaseName} (reuse: --database ${databaseName})`);
+  await admin.end();
+  await settle();
+  await embedded?.stop();
+}
+process.exit(exitCode);
+
+async function seedPostgres(): Promise<SeededLog> {
+  const present = Number((await pool.query<{ n: string }>('SELECT count(*) AS n FROM es_events')).rows[0]!.n);
+  let seeding = `none: the events already in ${databaseName}`;
+  if (present === 0) {
+    const seeder = new pg.Client({ connectionString: databaseUrl });
+    await seeder.connect();
+    try {
+      const seeded = await seedPostgresLog(seeder, eventCount);
+      seeding = `${seeded.seconds.toFixed(1)} s, straight into es_events`;
+      out(`seeded ${integer.format(seeded.events)} events in ${integer.format(seeded.streams)} streams in ${seeded.seconds.toFixed(1)} s`);
+    } finally {
+      await seeder.end();
+    }
+  } else {
+    out(`using the ${integer.format(present)} events already in ${databaseName}`);
+  }
+  const { rows } = await pool.query<{ events: string; commit: string; prepare: string }>(
+    `SELECT (SELECT count(*) FROM es_events) AS events, transaction_id::text AS commit, position AS prepare
+     FROM es_events ORDER BY transaction_id DESC, position DESC LIMIT 1`,
+  );
+  const last = rows[0]!;
+  return {
+    events: Number(last.events),
+    seeding,
+    end: { commit: BigInt(last.commit), prepare: BigInt(last.prepare) },
+    // The log's global order, as the PostgreSQL store reads it (src/eventstore/postgres.ts).
+    unprojectedAfter: async (checkpoint) =>
+      Number(
+        (
+          await pool.query<{ n: string }>('SELECT count(*) AS n FROM es_events WHERE (transaction_id, position) > ($1::text::xid8, $2)', [
+            checkpoint.commit.toString(),
+            checkpoint.prepare.toString(),
+          ])
+        ).rows[0]!.n,
+      ),
+  };
+}
+
+async function seedStandIn(node: EventStoreDBStandIn): Promise<SeededLog> {
+  const seeded = await seedEventStoreDB(stores.store, eventCount);
+  const seeding =
+    `${seeded.seconds.toFixed(1)} s, ${integer.format(seeded.events / seeded.seconds)} events/s ` +
+    `(${integer.format(seeded.appends)} appends through the adapter, up to ${appendsInFlight} on their way at once)`;
+  out(`seeded ${integer.format(seeded.events)} events in ${integer.format(seeded.streams)} streams in ${seeding}`);
+  return {
+    events: seeded.events,
+    seeding,
+    end: seeded.end,
+    // Counted in the stand-in's own log, in this process: asking it over the wire would compete with the projector's reads.
+    unprojectedAfter: async (checkpoint) => {
+      let unprojected = 0;
+      for (const event of node.log.readAllForwards(checkpoint)) if (comparePositions(event.position, checkpoint) > 0) unprojected += 1;
+      return unprojected;
+    },
+  };
+}
+
+/** Polls the checkpoint until it reaches `end`; the time since the start when it did. */
+async function waitForCatchUp(
+  end: GlobalPosition,
+  since: () => number,
+  signal: AbortSignal,
+  serviceExited: () => boolean,
+): Promise<number> {
+  let last = await readCheckpoint(pool);
+  let movedAt = since();
+  for (;;) {
+    const checkpoint = await readCheckpoint(pool);
+    if (comparePositions(checkpoint, end) >= 0) return since();
+    if (comparePositions(checkpoint, last) !== 0) [last, movedAt] = [checkpoint, since()];
+    signal.throwIfAborted();
+    if (serviceExited()) throw new Error('the service exited before its projector caught up');
+    if (since() - movedAt > stalledAfterMs) {
+      throw new Error(
+        `the checkpoint stood at ${encodePosition(checkpoint)} for ${stalledAfterMs / 1000} s, short of ${encodePosition(end)}`,
+      );
+    }
+    await sleep(pollMs);
+  }
+}
+
+/**
+ * Asks /readyz until it first answers 200; then when that was (since the start) and how many events
+ * the checkpoint, read right after, was still short of. Undefined if `giveUp` says so first.
+ */
+async function watchReadiness(
+  url: string,
+  since: () => number,
+  log: SeededLog,
+  giveUp: () => boolean,
+): Promise<{ atMs: number; unprojected: number } | undefined> {
+  while (!giveUp()) {
+    // A refused or timed-out probe is an answer too: not ready yet.
+    const status = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(5000) }).then(
+      (response) => response.status,
+      () => 0,
+    );
+    if (status === 200) {
+      const atMs = since();
+      return { atMs, unprojected: await log.unprojectedAfter(await readCheckpoint(pool)) };
+    }
+    await sleep(pollMs);
+  }
+  return undefined;
+}
+
+/** `npm run projections:verify` on the bench's database and event store: its exit code, its output, and its last line. */
+function runVerify(eventStoreUrl: string): Promise<{ code: number | null; output: string; summary: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('npm', ['run', '--silent', 'projections:verify'], {
+      env: { ...process.env, DATABASE_URL: databaseUrl, EVENTSTORE_URL: eventStoreUrl },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let output = '';
+    child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => {
+      const lines = output.trim().split('\n');
+      resolve({ code, output, summary: lines[lines.length - 1] ?? '' });
+    });
+  });
+}
