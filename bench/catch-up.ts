@@ -30,7 +30,7 @@ import { readCheckpoint } from '../src/projections/tables.js';
 import { openStores } from '../src/runtime/stores.js';
 import { EventStoreDBStandIn } from '../test/support/eventstoredb-standin/index.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
-import { databaseUrl as databaseUrlOn } from './databases.js';
+import { databaseUrl as databaseUrlOn, finishBenchDatabase } from './databases.js';
 import { appendsInFlight, seedEventStoreDB, seedPostgresLog } from './seeded-history.js';
 
 const usage = 'usage: npm run bench:catch-up -- [--events 1000000] [--event-store postgres|eventstoredb] [--database NAME] [--keep]\n';
@@ -162,15 +162,7 @@ try {
 } finally {
   await stores.close();
   await standIn?.stop();
-  // A backend outlives its closed connection by a moment: let ours go before dropping the
-  // database, and before stop(), which leaves the server running while other clients are connected.
-  const settle = () => sleep(250);
-  await settle();
-  if (!values.keep && !values.database) await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`);
-  else out(`kept database ${databaseName} (reuse: --database ${databaseName})`);
-  await admin.end();
-  await settle();
-  await embedded?.stop();
+  await finishBenchDatabase({ admin, name: databaseName, keep: Boolean(values.keep || values.database), embedded, out });
 }
 process.exit(exitCode);
 

@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { pino } from 'pino';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
-import { databaseUrl as databaseUrlOn } from './databases.js';
+import { databaseUrl as databaseUrlOn, finishBenchDatabase } from './databases.js';
 import { parseConfig } from '../src/config.js';
 import { rebuildReadModel } from '../src/projections/rebuild/index.js';
 import { openStores } from '../src/runtime/stores.js';
@@ -181,13 +181,5 @@ try {
   }
 } finally {
   await stores.close();
-  // A backend outlives its closed connection by a moment: let ours go before dropping the
-  // database, and before stop(), which leaves the server running while other clients are connected.
-  const settle = () => new Promise((resolve) => setTimeout(resolve, 250));
-  await settle();
-  if (!values.keep && !values.database) await admin.query(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`);
-  else out(`kept database ${databaseName} (reuse: --database ${databaseName})`);
-  await admin.end();
-  await settle();
-  await embedded?.stop();
+  await finishBenchDatabase({ admin, name: databaseName, keep: Boolean(values.keep || values.database), embedded, out });
 }

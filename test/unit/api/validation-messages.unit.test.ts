@@ -1,28 +1,15 @@
-import pg from 'pg';
-import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
-import { buildApp } from '../../../src/api/app.js';
-import { createTokenVerifier } from '../../../src/api/auth.js';
-import { IdempotencyKeys } from '../../../src/api/idempotency.js';
-import { operations, type Queries } from '../../../src/api/operations.js';
+import { operations } from '../../../src/api/operations.js';
 import { paramsSchemas, type OperationName } from '../../../src/api/schemas.js';
-import { mintToken } from '../../../src/api/tokens.js';
 import { validationErrorMap } from '../../../src/api/validation-messages.js';
-import { InMemoryEventStore } from '../../../src/eventstore/in-memory.js';
-import { createClock } from '../../../src/infra/clock.js';
-import { Metrics } from '../../../src/observability/metrics.js';
-import { CascadeWorker } from '../../../src/write/cascade.js';
-import { CommandHandlers } from '../../../src/write/handlers.js';
+import { startInMemoryApp, type InMemoryApp } from './in-memory-app.js';
 
 /**
  * No message of the validation library reaches a client (issue 25): every operation's parameters,
  * each given every kind of bad value, through the app on the in-memory event store. Validation
  * answers before any store or query is asked, so none is needed.
  */
-const secret = 'unit-test-secret-that-is-long-enough!!';
-const logger = pino({ level: 'silent' });
-const unusedPool = new pg.Pool({ connectionString: 'postgresql://unused@127.0.0.1:1/unused' });
 
 /** The library's wording; none of it may appear in a detail. */
 const libraryWords = ['Invalid input', 'expected', 'received', 'Too small', 'Too big', 'Invalid', '>=', '<=', 'Unrecognized'];
@@ -117,43 +104,17 @@ function cases(): Case[] {
 }
 
 describe('validation messages: the service’s words, never the library’s', () => {
-  let app: Awaited<ReturnType<typeof buildApp>>;
+  let started: InMemoryApp;
   let token: string;
 
   beforeAll(async () => {
-    const store = new InMemoryEventStore();
-    const commands = new CommandHandlers({
-      store,
-      cascade: new CascadeWorker(store, unusedPool, logger),
-      clock: createClock(),
-      newId: (prefix) => `${prefix}unit`,
-      awaitProjection: async () => undefined,
-      projectionWaitMs: 1000,
-      logger,
-    });
-    app = await buildApp({
-      services: {
-        verifyToken: createTokenVerifier({ kind: 'secret', secret }),
-        idempotency: new IdempotencyKeys(unusedPool, () => undefined),
-        commands,
-        queries: {} as Queries,
-        readiness: async () => ({ ready: true, checks: {} }),
-        metrics: new Metrics(),
-      },
-      logger,
-      bodyLimitBytes: 1024 * 1024,
-      rateLimitPerMinute: 0,
-      serveMetrics: true,
-    });
-    token = await mintToken(secret, { subject: 'unit-user', organizations: ['org_unit'] });
+    started = await startInMemoryApp();
+    token = await started.token();
   });
-  afterAll(async () => {
-    await app.close();
-    await unusedPool.end();
-  });
+  afterAll(() => started.close());
 
   const call = async (query: string, params: unknown) => {
-    const response = await app.inject({
+    const response = await started.app.inject({
       method: 'POST',
       url: '/api',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
