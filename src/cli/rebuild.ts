@@ -2,7 +2,7 @@
  * npm run projections:rebuild [-- --batch-size 20000]
  *
  * Rebuilds every read table from the event log without stopping the service (see
- * src/projections/rebuild.ts). Uses the service's settings: DATABASE_URL or the embedded
+ * src/projections/rebuild/index.ts). Uses the service's settings: DATABASE_URL or the embedded
  * PostgreSQL on DATA_DIR (shared with a running service), and EVENTSTORE_URL when set.
  * Progress goes to stderr: a progress bar on a terminal, a line every few seconds otherwise.
  */
