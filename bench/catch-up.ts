@@ -31,6 +31,7 @@ import { openStores } from '../src/runtime/stores.js';
 import { EventStoreDBStandIn } from '../test/support/eventstoredb-standin/index.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 import { databaseUrl as databaseUrlOn, finishBenchDatabase } from './databases.js';
+import { percentile } from './statistics.js';
 import { appendsInFlight, seedEventStoreDB, seedPostgresLog } from './seeded-history.js';
 
 const usage = 'usage: npm run bench:catch-up -- [--events 1000000] [--event-store postgres|eventstoredb] [--database NAME] [--keep]\n';
@@ -125,8 +126,14 @@ try {
     );
     // Awaited below; should the catch-up fail first, that failure is the one reported.
     ready.catch(() => undefined);
+    // Reads while the projector catches up, then the same reads once it has: what a catch-up costs a reader.
+    const reader = readWhile(service, () => caughtUpMs !== undefined || watching.signal.aborted);
+    reader.catch(() => undefined);
     caughtUpMs = await catchingUp;
     const firstReady = await ready;
+    const during = await reader;
+    const idleUntil = performance.now() + 3000;
+    const idle = await readWhile(service, () => performance.now() > idleUntil, during.ids);
     await service.signal('SIGTERM');
 
     const verify = await runVerify(standIn?.url ?? '');
@@ -148,6 +155,13 @@ try {
           : `not within ${readyDeadlineMs / 1000} s of catching up`,
       ],
       ['projections:verify', verify.code === 0 ? verify.summary : `exit ${verify.code}: ${verify.summary}`],
+      [
+        'get_workspace p50 / p99, catching up',
+        during.latencies.length > 0
+          ? `${latencies(during.latencies)} (${integer.format(during.latencies.length)} reads); idle: ${latencies(idle.latencies)}; ` +
+            `p99 ratio ${(percentile(during.latencies, 99) / percentile(idle.latencies, 99)).toFixed(2)}x`
+          : 'no record was projected to read while catching up',
+      ],
     ];
     const width = Math.max(...rows.map(([name]) => name.length));
     for (const [name, value] of rows) out(`${name.padEnd(width)}  ${value}`);
@@ -251,6 +265,41 @@ async function waitForCatchUp(
  * Asks /readyz until it first answers 200; then when that was (since the start) and how many events
  * the checkpoint, read right after, was still short of. Undefined if `giveUp` says so first.
  */
+function latencies(values: number[]): string {
+  return `${percentile(values, 50).toFixed(2)} / ${percentile(values, 99).toFixed(2)} ms`;
+}
+
+/**
+ * `get_workspace` over and over from four connections, on records the projection has already
+ * written (the first 500 to appear, or `ids`), until `done`; each answer's latency.
+ */
+async function readWhile(service: ServiceProcess, done: () => boolean, ids?: { id: string; organization_id: string }[]) {
+  let records = ids ?? [];
+  while (records.length === 0 && !done()) {
+    records = (await pool.query<{ id: string; organization_id: string }>('SELECT id, organization_id FROM workspaces LIMIT 500')).rows;
+    if (records.length === 0) await sleep(pollMs);
+  }
+  const found: number[] = [];
+  if (records.length === 0) return { ids: records, latencies: found };
+  const token = await service.token([...new Set(records.map((record) => record.organization_id))]);
+  let next = 0;
+  const loop = async () => {
+    while (!done()) {
+      const { id } = records[next++ % records.length]!;
+      const started = performance.now();
+      const response = await fetch(`${service.url}/api`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+        body: JSON.stringify({ query: 'get_workspace', params: { id } }),
+      });
+      await response.arrayBuffer();
+      found.push(performance.now() - started);
+    }
+  };
+  await Promise.all(Array.from({ length: 4 }, loop));
+  return { ids: records, latencies: found };
+}
+
 async function watchReadiness(
   url: string,
   since: () => number,
