@@ -28,6 +28,19 @@ export type ScrapeSources = {
  * (the tests) each count their own. Components are handed the instruments they record into; the
  * gauges of state (readiness, projection lag, the cascade backlog) ask `ScrapeSources` at scrape time.
  */
+/**
+ * One read shared by the gauges that report parts of it within a scrape: calls while it runs get
+ * the same answer. A read that fails answers undefined, which the gauges report as NaN (unknown)
+ * rather than failing the whole scrape.
+ */
+function sharedProbe<T>(read: () => Promise<T>): () => Promise<T | undefined> {
+  let running: Promise<T | undefined> | undefined;
+  return () =>
+    (running ??= read()
+      .catch(() => undefined)
+      .finally(() => (running = undefined)));
+}
+
 export class Metrics {
   readonly registry = new Registry();
 
@@ -127,17 +140,14 @@ export class Metrics {
       },
     });
 
-    // One probe serves both lag gauges: the second reads what the first fetched in the same scrape.
-    // A probe that fails reports NaN (unknown) rather than failing the whole scrape.
-    let lag: Promise<{ events: number; seconds: number }> | undefined;
-    const probeLag = () =>
-      (lag ??= (sources()?.projectionLag() ?? Promise.resolve({ events: 0, seconds: 0 })).finally(() => (lag = undefined)));
+    // One probe serves each pair of gauges below: the second reads what the first fetched in the same scrape.
+    const probeLag = sharedProbe(() => sources()?.projectionLag() ?? Promise.resolve({ events: 0, seconds: 0 }));
     new Gauge({
       name: `${metricPrefix}projection_lag_events`,
       help: `Events in the log this instance has not seen projected yet (counted up to ${projectionLagProbeLimit}); NaN when the stores cannot be read`,
       registers: [this.registry],
       async collect() {
-        this.set((await probeLag().catch(() => undefined))?.events ?? NaN);
+        this.set((await probeLag())?.events ?? NaN);
       },
     });
     new Gauge({
@@ -145,21 +155,16 @@ export class Metrics {
       help: 'Age of the oldest event not yet projected (0 when caught up); NaN when the stores cannot be read',
       registers: [this.registry],
       async collect() {
-        this.set((await probeLag().catch(() => undefined))?.seconds ?? NaN);
+        this.set((await probeLag())?.seconds ?? NaN);
       },
     });
-    // Likewise one probe for both backlog gauges.
-    let backlog: Promise<ProjectionBacklog> | undefined;
-    const probeBacklog = () =>
-      (backlog ??= (sources()?.projectionBacklog() ?? Promise.resolve({ events: 0, catchUpSeconds: 0 })).finally(
-        () => (backlog = undefined),
-      ));
+    const probeBacklog = sharedProbe(() => sources()?.projectionBacklog() ?? Promise.resolve({ events: 0, catchUpSeconds: 0 }));
     new Gauge({
       name: `${metricPrefix}projection_backlog_events`,
       help: "Events between the projection's checkpoint and the log's end, as the event store estimates them; NaN when the stores cannot be read",
       registers: [this.registry],
       async collect() {
-        this.set((await probeBacklog().catch(() => undefined))?.events ?? NaN);
+        this.set((await probeBacklog())?.events ?? NaN);
       },
     });
     new Gauge({
@@ -167,7 +172,7 @@ export class Metrics {
       help: "Seconds the projection needs to reach the log's end at the rate it moved at over the last 10 s (0 when caught up); NaN when unknown",
       registers: [this.registry],
       async collect() {
-        this.set((await probeBacklog().catch(() => undefined))?.catchUpSeconds ?? NaN);
+        this.set((await probeBacklog())?.catchUpSeconds ?? NaN);
       },
     });
     new Gauge({

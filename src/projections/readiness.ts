@@ -19,11 +19,20 @@ async function eventsUpTo(store: EventStore, progress: ProjectionProgress, end: 
  * while far behind. The log's last event may be one the projector never lands on (another
  * application's, a system event): what counts is that none of the events it has to pass is left.
  */
-async function reachesEnd(store: EventStore, progress: ProjectionProgress, waitMs: number): Promise<boolean> {
-  await progress.refresh();
-  const end = await store.readLastPosition();
+async function reachesEnd(
+  store: EventStore,
+  progress: ProjectionProgress,
+  end: GlobalPosition | undefined,
+  waitMs: number,
+): Promise<boolean> {
   if (!end || comparePositions(progress.current, end) >= 0 || !(await eventsUpTo(store, progress, end))) return true;
   return (await progress.waitFor(end, waitMs)) || !(await eventsUpTo(store, progress, end));
+}
+
+/** The events from the projection's checkpoint to `end`, and the seconds they take at its recent rate (NaN: no rate yet). */
+function backlogTo(store: EventStore, progress: ProjectionProgress, end: GlobalPosition | undefined): ProjectionBacklog {
+  if (!end || comparePositions(progress.current, end) >= 0) return { events: 0, catchUpSeconds: 0 };
+  return { events: store.estimateEventsBetween(progress.current, end), catchUpSeconds: progress.secondsToReach(end) ?? NaN };
 }
 
 /**
@@ -33,9 +42,7 @@ async function reachesEnd(store: EventStore, progress: ProjectionProgress, waitM
  */
 export async function measureBacklog(store: EventStore, progress: ProjectionProgress): Promise<ProjectionBacklog> {
   await progress.refresh();
-  const end = await store.readLastPosition();
-  if (!end || comparePositions(progress.current, end) >= 0) return { events: 0, catchUpSeconds: 0 };
-  return { events: store.estimateEventsBetween(progress.current, end), catchUpSeconds: progress.secondsToReach(end) ?? NaN };
+  return backlogTo(store, progress, await store.readLastPosition());
 }
 
 /**
@@ -70,13 +77,18 @@ export async function checkReadiness(options: {
       checks.dead_letter =
         `projector stopped at ${deadLetter.streamName} version ${deadLetter.version} (${deadLetter.type}, position ` +
         `${encodePosition(deadLetter.position)}): ${deadLetter.error}; see npm run projections:dead-letters -- list`;
-    } else if (!progress.stalled && (await reachesEnd(store, progress, Math.min(options.projectionWaitMs, probeWaitMs)))) {
-      checks.projection = 'caught_up';
     } else {
-      const backlog = await measureBacklog(store, progress);
-      checks.projection = 'behind';
-      checks.projection_backlog_events = backlog.events;
-      checks.projection_catch_up_seconds = Number.isFinite(backlog.catchUpSeconds) ? Math.ceil(backlog.catchUpSeconds) : null;
+      // The log's end as read now: what the projection must reach, and what a backlog is counted to.
+      await progress.refresh();
+      const end = await store.readLastPosition();
+      const caughtUp = !progress.stalled && (await reachesEnd(store, progress, end, Math.min(options.projectionWaitMs, probeWaitMs)));
+      if (caughtUp) checks.projection = 'caught_up';
+      else {
+        const backlog = backlogTo(store, progress, end);
+        checks.projection = 'behind';
+        checks.projection_backlog_events = backlog.events;
+        checks.projection_catch_up_seconds = Number.isFinite(backlog.catchUpSeconds) ? Math.ceil(backlog.catchUpSeconds) : null;
+      }
     }
   }
   const passed = (value: unknown) => value === 'ok' || value === 'caught_up';
