@@ -43,6 +43,7 @@ const environmentSchema = z
     AUTH_AUDIENCE: optionalString,
     PROJECTION_WAIT_MS: integer(5000, 0, 600_000),
     PROJECTOR_MAX_BATCH_EVENTS: integer(20_000, 500, 1_000_000),
+    PROJECTOR_CACHED_ROWS: integer(100_000, 1_000, 10_000_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
@@ -83,6 +84,8 @@ export type Config = Readonly<{
   projectionWaitMs: number;
   /** The most events the projector applies in one batch while it catches up (src/projections/catch-up.ts). */
   projectorMaxBatchEvents: number;
+  /** Rows the projector keeps in memory from batch to batch while it catches up. */
+  projectorCachedRows: number;
   bodyLimitBytes: number;
   rateLimitPerMinute: number;
   logLevel: string;
@@ -129,6 +132,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     }),
     projectionWaitMs: env.PROJECTION_WAIT_MS,
     projectorMaxBatchEvents: env.PROJECTOR_MAX_BATCH_EVENTS,
+    projectorCachedRows: env.PROJECTOR_CACHED_ROWS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
     logLevel: env.LOG_LEVEL,

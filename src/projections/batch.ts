@@ -26,6 +26,18 @@ export type BatchChanges = {
   pendingCascades: { solution_id: string; workspace_id: string }[];
 };
 
+/** A batch that changes nothing: the start of changes made by hand (a slice of a batch, a test's). */
+export const noChanges = (): BatchChanges => ({
+  upsertWorkspaces: [],
+  deleteWorkspaces: [],
+  upsertSolutions: [],
+  deleteSolutions: [],
+  organizationDeltas: new Map(),
+  workspaceSolutionDeltas: new Map(),
+  workspacesDeleted: [],
+  pendingCascades: [],
+});
+
 export function rowsNeeded(events: Envelope[]): RowsNeeded {
   const workspaceIds = new Set<string>();
   const solutionIds = new Set<string>();

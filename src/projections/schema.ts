@@ -1,5 +1,5 @@
 /**
- * Read tables. Lists page by (created_at, id) within an organization or a workspace, index-backed;
+ * Read tables (with the page room of migration 8, src/infra/migrations/0008-room-for-updates.ts). Lists page by (created_at, id) within an organization or a workspace, index-backed;
  * totals come from counts kept by the projector, never from COUNT(*) per call.
  */
 export const readModelSchema = `
@@ -11,7 +11,7 @@ CREATE TABLE IF NOT EXISTS workspaces (
   attributes jsonb NOT NULL,
   created_at timestamptz NOT NULL,
   updated_at timestamptz NOT NULL
-);
+) WITH (fillfactor = 80);
 CREATE INDEX IF NOT EXISTS workspaces_by_organization ON workspaces (organization_id, created_at, id);
 
 CREATE TABLE IF NOT EXISTS solutions (
@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS solutions (
   documentation jsonb NOT NULL,
   created_at timestamptz NOT NULL,
   updated_at timestamptz NOT NULL
-);
+) WITH (fillfactor = 80);
 CREATE INDEX IF NOT EXISTS solutions_by_organization ON solutions (organization_id, created_at, id);
 CREATE INDEX IF NOT EXISTS solutions_by_workspace ON solutions (workspace_id, created_at, id);
 
@@ -32,11 +32,11 @@ CREATE TABLE IF NOT EXISTS organization_counts (
   organization_id text PRIMARY KEY,
   workspaces bigint NOT NULL DEFAULT 0,
   solutions bigint NOT NULL DEFAULT 0
-);
+) WITH (fillfactor = 50);
 CREATE TABLE IF NOT EXISTS workspace_solution_counts (
   workspace_id text PRIMARY KEY,
   solutions bigint NOT NULL DEFAULT 0
-);
+) WITH (fillfactor = 50);
 
 -- Solutions whose workspace was deleted and whose own SolutionDeleted is still to be written.
 CREATE TABLE IF NOT EXISTS cascade_pending (

@@ -51,8 +51,30 @@ const toBeRemoved = (key: Pick<SolutionRow, 'id' | 'organization_id' | 'workspac
   updated_at: '',
 });
 
-/** Where a batch moves the projector's checkpoint, and whom it tells (NOTIFY, sent at commit). */
-export type CheckpointMove = { from: GlobalPosition; to: GlobalPosition; notify?: { channel: string; payload: string } };
+/**
+ * Which tables hold the rows (their OIDs): a rebuild's switch-over replaces them
+ * (src/projections/rebuild/switch-over.ts), possibly at the very position the live projector's
+ * checkpoint is at, and rows read from the old ones must not be written into the new.
+ */
+export type RowTables = { workspaces: string; solutions: string };
+
+export async function readRowTables(db: Queryable): Promise<RowTables> {
+  const { rows } = await db.query<RowTables>(
+    `SELECT 'public.workspaces'::regclass::oid::text AS workspaces, 'public.solutions'::regclass::oid::text AS solutions`,
+  );
+  return rows[0]!;
+}
+
+/**
+ * Where a batch moves the projector's checkpoint, and whom it tells (NOTIFY, sent at commit).
+ * With `rowTables`, the move also requires that the tables its rows were read from are still the live ones.
+ */
+export type CheckpointMove = {
+  from: GlobalPosition;
+  to: GlobalPosition;
+  notify?: { channel: string; payload: string };
+  rowTables?: RowTables;
+};
 
 /**
  * Writes a batch's changes in one statement (one round trip): each kind of change is a
@@ -138,13 +160,19 @@ export async function writeChanges(db: Queryable, changes: BatchChanges, move?: 
  */
 function checkpointMove(parameter: (value: unknown) => string, move: Omit<CheckpointMove, 'notify'>, name = projectorName): string {
   const [key, to, toPrepare] = [parameter(name), parameter(move.to.commit.toString()), parameter(move.to.prepare.toString())];
+  const sameTables = move.rowTables
+    ? `'public.workspaces'::regclass = ${parameter(move.rowTables.workspaces)}::oid
+       AND 'public.solutions'::regclass = ${parameter(move.rowTables.solutions)}::oid`
+    : 'true';
   if (comparePositions(move.from, startOfLog) === 0) {
-    return `INSERT INTO projection_checkpoints (name, commit_position, prepare_position) VALUES (${key}, ${to}, ${toPrepare})
+    return `INSERT INTO projection_checkpoints (name, commit_position, prepare_position)
+       SELECT ${key}, ${to}::numeric, ${toPrepare}::numeric WHERE ${sameTables}
        ON CONFLICT (name) DO UPDATE SET commit_position = excluded.commit_position, prepare_position = excluded.prepare_position
        WHERE projection_checkpoints.commit_position = 0 AND projection_checkpoints.prepare_position = 0`;
   }
   return `UPDATE projection_checkpoints SET commit_position = ${to}, prepare_position = ${toPrepare}
-     WHERE name = ${key} AND commit_position = ${parameter(move.from.commit.toString())} AND prepare_position = ${parameter(move.from.prepare.toString())}`;
+     WHERE name = ${key} AND commit_position = ${parameter(move.from.commit.toString())}
+       AND prepare_position = ${parameter(move.from.prepare.toString())} AND ${sameTables}`;
 }
 
 export async function readCheckpoint(db: Queryable, name = projectorName): Promise<GlobalPosition> {

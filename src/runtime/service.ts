@@ -89,6 +89,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       logger: logger.child({ component: 'projector' }),
       batchSize: options.projectorBatchSize,
       maxBatchSize: config.projectorMaxBatchEvents,
+      cachedRows: config.projectorCachedRows,
       onCascadesPending: () => cascade.drainAll(),
       onBatchApplied: (events, seconds) => {
         metrics.projectorBatchEvents.observe(events);

@@ -17,15 +17,20 @@ afterAll(async () => {
   await Promise.all(pools.map((pool) => pool.end()));
 });
 
-/** Columns, types, nullability and defaults of the tables in `schema`, comparable across schemas. */
+/** Columns, types, nullability and defaults of the tables in `schema`, and their storage options, comparable across schemas. */
 async function tableShapes(pool: pg.Pool, schema: string, tables: string[]) {
-  const { rows } = await pool.query(
+  const { rows: columns } = await pool.query(
     `SELECT table_name, column_name, data_type, is_nullable, column_default
      FROM information_schema.columns WHERE table_schema = $1 AND table_name = ANY($2)
      ORDER BY table_name, ordinal_position`,
     [schema, tables],
   );
-  return rows;
+  const { rows: options } = await pool.query(
+    `SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = $1 AND c.relname = ANY($2) ORDER BY c.relname`,
+    [schema, tables],
+  );
+  return { columns, options };
 }
 
 describe('versioned migrations', () => {
@@ -71,7 +76,8 @@ describe('versioned migrations', () => {
       'projection_checkpoints',
     ];
     const migrated = await tableShapes(pool, 'public', tables);
-    expect(migrated.length).toBeGreaterThan(20);
+    expect(migrated.columns.length).toBeGreaterThan(20);
+    expect(migrated.options).toContainEqual({ relname: 'solutions', reloptions: ['fillfactor=80'] });
     expect(await tableShapes(pool, 'fresh', tables)).toEqual(migrated);
   });
 

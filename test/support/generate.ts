@@ -44,7 +44,8 @@ export class RecordWriter {
               type: 'UpdateSolution' as const,
               id,
               name: `s${this.counter++}`,
-              attributes: { n: this.counter },
+              // A key of several: what a fold over a stale state would lose shows.
+              attributes: { n: this.counter, [`s${this.counter % 7}`]: this.counter },
               context: context(this.name),
             }
           : { type: 'DeleteSolution' as const, id, context: context(this.name) };
@@ -57,7 +58,7 @@ export class RecordWriter {
             type: 'UpdateWorkspace' as const,
             id,
             name: `w${this.counter++}`,
-            attributes: { k: { v: this.counter } },
+            attributes: { k: { v: this.counter }, [`w${this.counter % 7}`]: this.counter },
             context: context(this.name),
           }
         : { type: 'DeleteWorkspace' as const, id, context: context(this.name) };

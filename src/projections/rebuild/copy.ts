@@ -2,9 +2,9 @@ import pg from 'pg';
 import type { EventStore, GlobalPosition } from '../../eventstore/port.js';
 import { readPage, type Page, type SkippedEvents, type UnreadableEvent } from '../../eventstore/event-log.js';
 import type { Envelope } from '../../domain/events.js';
-import { applyBatch, type BatchChanges, type LoadedRows } from '../batch.js';
+import { applyBatch, noChanges, type BatchChanges, type LoadedRows } from '../batch.js';
 import { advanceCheckpoint, writeChanges } from '../tables.js';
-import { RowCache } from './row-cache.js';
+import { RowCache } from '../row-cache.js';
 import { RebuildAborted, type CopyState } from './types.js';
 
 // ---------------------------------------------------------------------------------------------
@@ -165,17 +165,6 @@ async function moveCheckpoint(client: pg.Client, batch: Batch): Promise<void> {
     throw new Error('the rebuild checkpoint moved under the rebuild; is another rebuild writing to its schema?');
   }
 }
-
-const noChanges = (): BatchChanges => ({
-  upsertWorkspaces: [],
-  deleteWorkspaces: [],
-  upsertSolutions: [],
-  deleteSolutions: [],
-  organizationDeltas: new Map(),
-  workspaceSolutionDeltas: new Map(),
-  workspacesDeleted: [],
-  pendingCascades: [],
-});
 
 /**
  * Takes over a written batch once it is committed. A cascade listed in a batch is always listed

@@ -7,7 +7,7 @@ import { skippedPositions } from '../dead-letters.js';
 import { readModelSchema } from '../schema.js';
 import { bulkLoad } from './bulk.js';
 import { catchUp } from './copy.js';
-import { RowCache } from './row-cache.js';
+import { RowCache } from '../row-cache.js';
 import { quote, sleep, trySwitch } from './switch-over.js';
 import { RebuildAborted, type CopyState, type RebuildOptions, type RebuildProgress, type RebuildResult } from './types.js';
 

@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { applyBatch, rowsNeeded, rowsToLoad, type BatchChanges, type CountDelta, type LoadedRows } from '../../../src/projections/batch.js';
+import {
+  applyBatch,
+  noChanges,
+  rowsNeeded,
+  rowsToLoad,
+  type BatchChanges,
+  type CountDelta,
+  type LoadedRows,
+} from '../../../src/projections/batch.js';
 import type { Envelope } from '../../../src/domain/events.js';
 import type { LoggedEvent } from '../../../src/eventstore/event-log.js';
 import type { SolutionRow } from '../../../src/projections/solutions-table.js';
@@ -49,17 +57,7 @@ const orgDeltas = (deltas: Record<string, Partial<CountDelta>>) =>
   new Map(Object.entries(deltas).map(([id, delta]) => [id, { workspaces: 0, solutions: 0, ...delta }]));
 const wsDeltas = (deltas: Record<string, number>) => new Map(Object.entries(deltas));
 
-const noChanges: BatchChanges = {
-  upsertWorkspaces: [],
-  deleteWorkspaces: [],
-  upsertSolutions: [],
-  deleteSolutions: [],
-  organizationDeltas: new Map(),
-  workspaceSolutionDeltas: new Map(),
-  workspacesDeleted: [],
-  pendingCascades: [],
-};
-const changes = (expected: Partial<BatchChanges>): BatchChanges => ({ ...noChanges, ...expected });
+const changes = (expected: Partial<BatchChanges>): BatchChanges => ({ ...noChanges(), ...expected });
 
 const sortedIds = (ids: string[]) => [...ids].sort();
 
@@ -119,7 +117,7 @@ describe('rowsToLoad', () => {
 
 describe('applyBatch', () => {
   it('changes nothing for an empty batch', () => {
-    expect(applyBatch([], loaded([workspaceRow('ws_1')], [solutionRow('sol_1', 'ws_1')]))).toEqual(noChanges);
+    expect(applyBatch([], loaded([workspaceRow('ws_1')], [solutionRow('sol_1', 'ws_1')]))).toEqual(noChanges());
   });
 
   describe('workspaces', () => {
@@ -193,7 +191,7 @@ describe('applyBatch', () => {
     });
 
     it('an update of a workspace that has no row (already deleted) writes nothing', () => {
-      expect(applyBatch([workspaceUpdated(at('10:00:00.000000'), { id: 'ws_gone' })], loaded())).toEqual(noChanges);
+      expect(applyBatch([workspaceUpdated(at('10:00:00.000000'), { id: 'ws_gone' })], loaded())).toEqual(noChanges());
     });
   });
 
@@ -278,7 +276,7 @@ describe('applyBatch', () => {
 
     it('a cascade deletion of a solution already hidden with its workspace writes nothing', () => {
       const result = applyBatch([solutionDeleted(at('10:00:00.000000'), { id: 'sol_1', reason: 'workspace_deleted' })], loaded());
-      expect(result).toEqual(noChanges);
+      expect(result).toEqual(noChanges());
     });
 
     it('a creation and deletion in the same batch writes nothing and counts nothing', () => {
@@ -290,7 +288,7 @@ describe('applyBatch', () => {
         ],
         loaded([workspaceRow('ws_1')]),
       );
-      expect(result).toEqual(noChanges);
+      expect(result).toEqual(noChanges());
     });
   });
 

@@ -1,13 +1,14 @@
 import pg from 'pg';
-import type { Envelope } from '../../domain/events.js';
-import { rowsNeeded, type BatchChanges, type LoadedRows, type RowsNeeded } from '../batch.js';
-import type { SolutionRow } from '../solutions-table.js';
-import { loadRows } from '../tables.js';
-import type { WorkspaceRow } from '../workspaces-table.js';
-import { oneAtATime } from '../../infra/postgres.js';
+import type { Envelope } from '../domain/events.js';
+import { rowsNeeded, type BatchChanges, type LoadedRows, type RowsNeeded } from './batch.js';
+import type { SolutionRow } from './solutions-table.js';
+import { loadRows } from './tables.js';
+import type { WorkspaceRow } from './workspaces-table.js';
+import { oneAtATime } from '../infra/postgres.js';
 
 /**
- * The rows a batch needs. Rows the rebuild wrote or read lately are kept in memory (those kept
+ * The rows a batch needs, for the rebuild and for the live projector while it catches up: both
+ * are the only writers of their tables. Rows written or read lately are kept in memory (those kept
  * first are forgotten first beyond `capacity`); the others are read from the tables, where
  * the batch being written meanwhile (`pending`, committed or not yet) is overlaid: for the rows it
  * touched, its result is the truth. A record created in the batch itself is not looked for, and

@@ -1,0 +1,85 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { comparePositions } from '../../../src/eventstore/port.js';
+import { noChanges } from '../../../src/projections/batch.js';
+import { readCheckpoint, readRowTables, writeChanges } from '../../../src/projections/tables.js';
+import { RecordWriter, seededRandom } from '../../support/generate.js';
+import { eventually, startStack, type Stack } from '../../support/stack.js';
+
+/** Appends `count` commands' events of random writers (creates, updates, deletions, workspaces deleted under their solutions). */
+async function appendHistory(stack: Stack, writers: RecordWriter[], count: number, random: () => number): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const append = writers[Math.floor(random() * writers.length)]!.next();
+    await stack.store.append(append.streamName, append.expectedVersion, append.events);
+    append.applied();
+  }
+}
+
+async function caughtUp(stack: Stack): Promise<void> {
+  const end = await stack.store.readLastPosition();
+  await eventually(async () => end === undefined || comparePositions(await readCheckpoint(stack.pool), end) >= 0, 60_000);
+}
+
+/**
+ * While it catches up, the live projector keeps the rows its batches wrote or read in memory
+ * (src/projections/row-cache.ts). Here its batches grow from 10 to 640 events and it keeps 40 to 300
+ * rows, so rows are forgotten and read again, records are updated after being forgotten, and
+ * workspaces are deleted with solutions it kept, forgot or never saw.
+ */
+describe('the live projector catching up with rows kept between batches', () => {
+  let stack: Stack;
+
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.close());
+
+  it('ends with the read tables a fold of the log gives, from empty tables, from tables already filled, and after catching up again', async () => {
+    const random = seededRandom(7);
+    const writers = ['a', 'b', 'c'].map((name, index) => new RecordWriter(name, `org_${index}`, random));
+    await appendHistory(stack, writers, 1500, random);
+
+    // From empty tables; stopped part way, so that the next one starts on rows it never kept.
+    const first = stack.runner({ batchSize: 10, maxBatchSize: 40, cachedRows: 40 });
+    first.start();
+    await eventually(async () => (await stack.pool.query('SELECT count(*)::int AS n FROM workspaces')).rows[0].n > 20);
+    await first.stop();
+
+    await appendHistory(stack, writers, 1500, random);
+    const second = stack.runner({ batchSize: 10, maxBatchSize: 640, cachedRows: 300 });
+    second.start();
+    await caughtUp(stack);
+    expect(await stack.differences()).toEqual([]);
+
+    // Behind again: a burst while it runs.
+    await appendHistory(stack, writers, 1500, random);
+    await caughtUp(stack);
+    expect(await stack.differences()).toEqual([]);
+  });
+
+  it('writes nothing when the tables it read its rows from were replaced (as a rebuild switches over) at its very checkpoint', async () => {
+    const checkpoint = await readCheckpoint(stack.pool);
+    const rowTables = await readRowTables(stack.pool);
+    await stack.pool.query(`BEGIN;
+      ALTER TABLE workspaces RENAME TO workspaces_replaced;
+      CREATE TABLE workspaces (LIKE workspaces_replaced INCLUDING ALL);
+      INSERT INTO workspaces SELECT * FROM workspaces_replaced;
+      DROP TABLE workspaces_replaced;
+      COMMIT`);
+    const row = {
+      id: 'ws_stale',
+      organization_id: 'org_0',
+      name: 'stale',
+      description: '',
+      attributes: {},
+      created_at: '2026-01-01T00:00:00.000000Z',
+      updated_at: '2026-01-01T00:00:00.000000Z',
+    };
+    const changes = { ...noChanges(), upsertWorkspaces: [row] };
+    const to = { commit: checkpoint.commit + 1n, prepare: checkpoint.prepare };
+    expect(await writeChanges(stack.pool, changes, { from: checkpoint, to, rowTables })).toBe(false);
+    expect((await stack.pool.query("SELECT count(*)::int AS n FROM workspaces WHERE id = 'ws_stale'")).rows[0].n).toBe(0);
+    expect(await readCheckpoint(stack.pool)).toEqual(checkpoint);
+    // The same move, told of the tables as they are now, is made.
+    expect(await writeChanges(stack.pool, changes, { from: checkpoint, to, rowTables: await readRowTables(stack.pool) })).toBe(true);
+  });
+});
