@@ -17,7 +17,7 @@ export type RecordFold<State, Event extends WorkspaceEvent | SolutionEvent, Reco
   evolve: (state: State, event: Envelope<Event>) => State;
   /** The record while it exists; undefined before creation and after deletion. */
   present: (state: State) => RecordValue | undefined;
-  /** The record's fields as RFC 6901 pointers and values, in the order the Response shows them. */
+  /** The record's fields as RFC 6901 pointers and values: the Response's order, attribute keys sorted. */
   fields: (record: RecordValue) => Iterable<[string, unknown]>;
 };
 
@@ -26,12 +26,16 @@ export const pointerToken = (key: string) => key.replaceAll('~', '~0').replaceAl
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
 
+const byKey = ([a]: [string, unknown], [b]: [string, unknown]) => (a < b ? -1 : a > b ? 1 : 0);
+
 /**
  * The leaves of an attributes object: objects recurse, arrays and scalars are leaves. An empty
- * object nested inside is a leaf too (it was set, and holds nothing to recurse into).
+ * object nested inside is a leaf too (it was set, and holds nothing to recurse into). Keys are
+ * taken in sorted order at each level: the stores give an object's keys back in different orders
+ * (PostgreSQL's jsonb sorts them its own way), and an audit should read the same from both.
  */
 function* leaves(value: Record<string, unknown>, prefix: string): Generator<[string, unknown]> {
-  for (const [key, item] of Object.entries(value)) {
+  for (const [key, item] of Object.entries(value).sort(byKey)) {
     const path = `${prefix}/${pointerToken(key)}`;
     if (isObject(item) && Object.keys(item).length > 0) yield* leaves(item, path);
     else yield [path, item];
