@@ -1,24 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fromMicros, toMicros } from '../../src/domain/timestamp.js';
 import { seededRandom } from '../support/generate.js';
 import { applyJsonPatch } from '../support/json-patch.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-import { expectError, ok } from './helpers.js';
-
-const before = (timestamp: string) => fromMicros(toMicros(timestamp) - 1n);
+import { before, expectError, ok } from './helpers.js';
 
 /** Provenance and differences (contract §17) over HTTP, in each event store's mode, answers checked against the OpenAPI document. */
 describe('provenance and differences (contract §17)', () => {
   let service: TestService;
-  let alice: string;
-  let bob: string;
-  let outsider: string;
+  // Two writers of one organization, and a reader of another.
+  let [alice, bob, outsider] = ['', '', ''];
 
   beforeAll(async () => {
     service = await startTestService();
-    alice = await service.token(['org_prov'], undefined, 'alice');
-    bob = await service.token(['org_prov'], undefined, 'bob');
-    outsider = await service.token(['org_elsewhere'], undefined, 'mallory');
+    [alice = '', bob = '', outsider = ''] = await Promise.all(
+      [
+        ['org_prov', 'alice'],
+        ['org_prov', 'bob'],
+        ['org_elsewhere', 'mallory'],
+      ].map(([organization, subject]) => service.token([organization!], undefined, subject)),
+    );
   });
   afterAll(() => service?.close());
 
