@@ -148,6 +148,17 @@ export const provenanceEvolve =
 /** The RFC 6902 operations a record's patch holds. */
 export type RecordPatchOperation = Extract<Operation, { op: 'add' | 'remove' | 'replace' }>;
 
+/** `value` with every object's keys in sorted order, so that a patch lists its operations in one order from either store. */
+const withSortedKeys = (value: unknown): unknown => {
+  if (Array.isArray(value)) return value.map(withSortedKeys);
+  if (!isObject(value)) return value;
+  return Object.fromEntries(
+    Object.entries(value)
+      .sort(byKey)
+      .map(([key, item]) => [key, withSortedKeys(item)]),
+  );
+};
+
 /**
  * The RFC 6902 operations turning `from` into `to`. A record absent at one end is added or
  * removed whole at the root pointer `""` (contract §17), rather than replaced by or with `null`.
@@ -157,5 +168,5 @@ export function recordPatch(from: object | null, to: object | null): RecordPatch
   if (from === null) return [{ op: 'add', path: '', value: to }];
   if (to === null) return [{ op: 'remove', path: '' }];
   // rfc6902's diff emits only add, remove and replace (its diff.js); the narrowing says so for the API's schema.
-  return createPatch(from, to) as RecordPatchOperation[];
+  return createPatch(withSortedKeys(from), withSortedKeys(to)) as RecordPatchOperation[];
 }

@@ -192,6 +192,18 @@ describe('recordPatch: RFC 6902 operations from one record to another', () => {
     expect(applyJsonPatch(null, recordPatch(null, { a: 1 }))).toEqual({ a: 1 });
   });
 
+  it('lists its operations in one order whatever order the stores give the keys in', () => {
+    const expected = [
+      { op: 'remove', path: '/a' },
+      { op: 'remove', path: '/c' },
+      { op: 'add', path: '/d', value: 1 },
+      { op: 'replace', path: '/n/x', value: 2 },
+      { op: 'replace', path: '/n/y', value: 2 },
+    ];
+    expect(recordPatch({ c: 1, n: { y: 1, x: 1 }, a: 1 }, { n: { x: 2, y: 2 }, d: 1 })).toEqual(expected);
+    expect(recordPatch({ a: 1, n: { x: 1, y: 1 }, c: 1 }, { d: 1, n: { y: 2, x: 2 } })).toEqual(expected);
+  });
+
   it('escapes keys in its paths', () => {
     expect(recordPatch({ attributes: { 'a/b': 1, 'c~d': 1 } }, { attributes: { 'a/b': 2 } })).toEqual(
       expect.arrayContaining([
