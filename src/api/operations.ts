@@ -1,5 +1,7 @@
 import { notFound } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
+import type { FieldProvenance } from '../audit/provenance.js';
+import type { RecordDiff } from '../audit/provenance-reads.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import type { CommandHandlers, Caller } from '../write/handlers.js';
 import type { Solution } from '../domain/solution.js';
@@ -25,6 +27,20 @@ export type Queries = {
     workspaceId: string | undefined,
     page: { page: number; size: number },
   ): Promise<Page<Solution>>;
+  provenance(
+    kind: RecordKind,
+    id: string,
+    organizations: ReadonlySet<string>,
+    asOf: string | undefined,
+    pointer: string | undefined,
+  ): Promise<FieldProvenance[]>;
+  diff<K extends RecordKind>(
+    kind: K,
+    id: string,
+    organizations: ReadonlySet<string>,
+    from: string,
+    to: string | undefined,
+  ): Promise<RecordDiff<K>>;
 };
 
 /** The Workspace and Solution Responses, fields in the spec's order whichever side produced them. */
@@ -47,6 +63,12 @@ const solutionResponse = (s: Solution) => ({
   description: s.description,
   attributes: s.attributes,
   documentation: s.documentation,
+});
+/** A diff with its two ends presented as Responses (null where the record did not exist). */
+const diffOf = <T, D extends { from: T | null; to: T | null }, R>(diff: D, present: (record: T) => R) => ({
+  ...diff,
+  from: diff.from === null ? null : present(diff.from),
+  to: diff.to === null ? null : present(diff.to),
 });
 const pageOf = <T, R>(page: Page<T>, present: (item: T) => R) => ({ ...page, items: page.items.map(present) });
 
@@ -171,6 +193,40 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     summary: 'Deletes a solution.',
     namesRecord: true,
     run: ({ id }, { caller, commands }) => commands.deleteSolution(id, caller),
+  },
+  get_workspace_provenance: {
+    kind: 'query',
+    scope: 'workspaces:read',
+    summary: 'Who last set each field of a workspace, now or at `as_of`.',
+    namesRecord: true,
+    run: async ({ id, as_of, path }, { caller, queries }) => ({
+      fields: await queries.provenance('workspace', id, caller.organizations, as_of, path),
+    }),
+  },
+  get_solution_provenance: {
+    kind: 'query',
+    scope: 'solutions:read',
+    summary: 'Who last set each field of a solution, now or at `as_of`.',
+    namesRecord: true,
+    run: async ({ id, as_of, path }, { caller, queries }) => ({
+      fields: await queries.provenance('solution', id, caller.organizations, as_of, path),
+    }),
+  },
+  diff_workspace: {
+    kind: 'query',
+    scope: 'workspaces:read',
+    summary: 'A workspace at two instants, the RFC 6902 patch between them and the events in between.',
+    namesRecord: true,
+    run: async ({ id, from, to }, { caller, queries }) =>
+      diffOf(await queries.diff('workspace', id, caller.organizations, from, to), workspaceResponse),
+  },
+  diff_solution: {
+    kind: 'query',
+    scope: 'solutions:read',
+    summary: 'A solution at two instants, the RFC 6902 patch between them and the events in between.',
+    namesRecord: true,
+    run: async ({ id, from, to }, { caller, queries }) =>
+      diffOf(await queries.diff('solution', id, caller.organizations, from, to), solutionResponse),
   },
 };
 

@@ -29,6 +29,26 @@ const pageNumber = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).meta({ d
 const pageSize = z.number().int().min(1).max(100).meta({ description: 'Items per page, 1 to 100.' });
 const paging = { page: pageNumber, size: pageSize };
 
+/** An RFC 6901 JSON Pointer: empty, or `/` then reference tokens in which `~` is only ever `~0` or `~1`. */
+const jsonPointer = z
+  .string()
+  .regex(/^(\/([^~/]|~[01])*)*$/, 'must be a JSON Pointer (RFC 6901): empty or starting with "/", with "~" written only as ~0 or ~1')
+  .refine((value) => value.isWellFormed(), 'must be well-formed Unicode (no lone surrogates)')
+  .meta({
+    description: 'Only the fields at, under or holding this RFC 6901 JSON Pointer, such as /attributes/owner. Omitted: every field.',
+    examples: ['/attributes'],
+  });
+
+/** `from` and optional `to` (contract §17), instants as `as_of` takes them; `to` may not be earlier than `from`. */
+const instantRange = <Id extends z.ZodType>(id: Id) =>
+  z
+    .strictObject({
+      id,
+      from: instant,
+      to: instant.optional().meta({ description: 'Any RFC 3339 instant, not earlier than `from`. Omitted: now.' }),
+    })
+    .refine(({ from, to }) => to === undefined || to >= from, { path: ['to'], message: 'must not be earlier than from' });
+
 /** Parameters per operation; strict, so an unknown parameter is a validation error. */
 export const paramsSchemas = {
   get_workspace: z.strictObject({ id: workspaceId, as_of: instant.optional() }),
@@ -70,6 +90,10 @@ export const paramsSchemas = {
     documentation: documentation.optional(),
   }),
   delete_solution: z.strictObject({ id: solutionId }),
+  get_workspace_provenance: z.strictObject({ id: workspaceId, as_of: instant.optional(), path: jsonPointer.optional() }),
+  get_solution_provenance: z.strictObject({ id: solutionId, as_of: instant.optional(), path: jsonPointer.optional() }),
+  diff_workspace: instantRange(workspaceId),
+  diff_solution: instantRange(solutionId),
 } as const;
 
 export type OperationName = keyof typeof paramsSchemas;
@@ -169,6 +193,35 @@ export const solutionHistoryItemSchema = z.discriminatedUnion('type', [
   ),
 ]);
 
+/** Who last set each field of a record (contract §17). */
+const provenanceSchema = z.strictObject({
+  fields: z.array(
+    z.strictObject({
+      path: text('An RFC 6901 JSON Pointer into the record: /name, /description, a leaf under /attributes, /documentation.'),
+      value: z.unknown().meta({ description: "The field's value at that instant: any JSON." }),
+      version: z.number().int().min(1).meta({ description: 'The history version of the event that gave the field this value.' }),
+      set_at: timestamp,
+      set_by: text('The `sub` of the token that set it.'),
+    }),
+  ),
+});
+
+/** The RFC 6902 operations a diff holds: a record's diff adds, removes and replaces, never moves, copies or tests. */
+export const patchOperationSchema = z.discriminatedUnion('op', [
+  z.strictObject({ op: z.literal('add'), path: text('An RFC 6901 JSON Pointer; "" is the whole record.'), value: z.unknown() }),
+  z.strictObject({ op: z.literal('remove'), path: text('An RFC 6901 JSON Pointer; "" is the whole record.') }),
+  z.strictObject({ op: z.literal('replace'), path: text('An RFC 6901 JSON Pointer.'), value: z.unknown() }),
+]);
+
+/** A record at two instants, the patch from one to the other, and the events in between (contract §17). */
+const diffSchema = <Item extends z.ZodType, Change extends z.ZodType>(record: Item, change: Change) =>
+  z.strictObject({
+    from: record.nullable().meta({ description: 'The record at `from`; null if it did not exist then.' }),
+    to: record.nullable().meta({ description: 'The record at `to`; null if it did not exist then.' }),
+    patch: z.array(patchOperationSchema).meta({ description: 'RFC 6902 operations turning `from` into `to`.' }),
+    changes: z.array(change).meta({ description: 'The history items with `from` < occurred_at ≤ `to`, oldest first.' }),
+  });
+
 const deletedSchema = <Id extends z.ZodString>(id: Id) => z.strictObject({ id });
 
 export const resultSchemas = {
@@ -184,6 +237,10 @@ export const resultSchemas = {
   create_solution: solutionSchema,
   update_solution: solutionSchema,
   delete_solution: deletedSchema(solutionId),
+  get_workspace_provenance: provenanceSchema,
+  get_solution_provenance: provenanceSchema,
+  diff_workspace: diffSchema(workspaceSchema, workspaceHistoryItemSchema),
+  diff_solution: diffSchema(solutionSchema, solutionHistoryItemSchema),
 } as const satisfies { [O in OperationName]: z.ZodType };
 
 export type ResultOf<O extends OperationName> = z.output<(typeof resultSchemas)[O]>;

@@ -25,12 +25,28 @@ export type EventOf<K extends RecordKind> = K extends 'workspace' ? WorkspaceEve
 const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? workspaceStream(id) : solutionStream(id));
 
 /** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
-async function accessibleEvents(store: EventStore, kind: RecordKind, id: string, organizations: ReadonlySet<string>): Promise<Envelope[]> {
+export async function accessibleEvents(
+  store: EventStore,
+  kind: RecordKind,
+  id: string,
+  organizations: ReadonlySet<string>,
+): Promise<Envelope[]> {
   const events = (await readRecord(store, streamOf(kind, id))).events.map((logged) => logged.event);
   const created = events[0];
   const organizationId = created && 'organization_id' in created.data ? created.data.organization_id : undefined;
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
 }
+
+/** One event as a history item; `version` is its 1-based place among the record's events. */
+export const historyItem = <K extends RecordKind>(event: Envelope, version: number) =>
+  // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
+  ({
+    version,
+    type: event.type,
+    occurred_at: event.metadata.occurred_at,
+    actor: event.metadata.actor,
+    data: event.data,
+  }) as HistoryItem<EventOf<K>>;
 
 export async function recordHistory<K extends RecordKind>(
   store: EventStore,
@@ -42,17 +58,7 @@ export async function recordHistory<K extends RecordKind>(
   const events = await accessibleEvents(store, kind, id, organizations);
   if (events.length === 0) throw notFound(kind);
   const start = (request.page - 1) * request.size;
-  // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
-  const items = events.slice(start, start + request.size).map(
-    (event, index) =>
-      ({
-        version: start + index + 1,
-        type: event.type,
-        occurred_at: event.metadata.occurred_at,
-        actor: event.metadata.actor,
-        data: event.data,
-      }) as HistoryItem<EventOf<K>>,
-  );
+  const items = events.slice(start, start + request.size).map((event, index) => historyItem<K>(event, start + index + 1));
   return { total: events.length, page: request.page, size: request.size, items };
 }
 

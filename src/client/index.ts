@@ -24,6 +24,10 @@ export const operationKinds: { readonly [O in OperationName]: 'command' | 'query
   create_solution: 'command',
   update_solution: 'command',
   delete_solution: 'command',
+  get_workspace_provenance: 'query',
+  get_solution_provenance: 'query',
+  diff_workspace: 'query',
+  diff_solution: 'query',
 };
 
 /** The operations answering a page: their `page` is the client's to turn. */

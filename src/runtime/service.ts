@@ -7,6 +7,7 @@ import { createTokenVerifier } from '../api/auth.js';
 import { IdempotencyKeys } from '../api/idempotency.js';
 import type { Queries } from '../api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from '../audit/history.js';
+import { recordDiff, recordProvenance } from '../audit/provenance-reads.js';
 import type { Config } from '../config.js';
 import { foreignEventLog, reportForeignEvents } from '../eventstore/event-log.js';
 import { InstrumentedEventStore } from '../eventstore/instrumented.js';
@@ -129,6 +130,8 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listWorkspaces: (organizations, page) => listWorkspaces(pool, organizations, page),
       getSolution: (id, organizations) => getSolution(pool, id, organizations),
       listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),
+      provenance: (kind, id, organizations, asOf, pointer) => recordProvenance(store, kind, id, organizations, asOf, pointer),
+      diff: (kind, id, organizations, from, to) => recordDiff(store, kind, id, organizations, from, to),
     };
 
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });

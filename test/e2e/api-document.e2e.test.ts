@@ -72,6 +72,10 @@ describe('the API document and the docs page', () => {
       list_solutions: { page: 1, size: 10 },
       create_solution: { workspace_id: workspace.id, name: 'Doc 2' },
       update_solution: { id: solution.id, name: 'Doc 3' },
+      get_workspace_provenance: { id: workspace.id },
+      get_solution_provenance: { id: solution.id },
+      diff_workspace: { id: workspace.id, from: workspace.created_at },
+      diff_solution: { id: solution.id, from: '2000-01-01T00:00:00Z' },
       // Last, so the records above stay for the others.
       delete_solution: { id: solution.id },
       delete_workspace: { id: workspace.id },
@@ -86,6 +90,10 @@ describe('the API document and the docs page', () => {
       create_solution: { workspace_id: 'ws_missing', name: 'x' },
       update_solution: { id: 'sol_missing', name: 'x' },
       delete_solution: { id: 'sol_missing' },
+      get_workspace_provenance: { id: 'ws_missing' },
+      get_solution_provenance: { id: 'sol_missing' },
+      diff_workspace: { id: 'ws_missing', from: '2000-01-01T00:00:00Z' },
+      diff_solution: { id: 'sol_missing', from: '2000-01-01T00:00:00Z' },
     };
     const send = (query: string, params: unknown, headers: Record<string, string> = jsonHeaders(token), extra = {}) =>
       rawPost(service, JSON.stringify({ query, params, ...extra }), headers);

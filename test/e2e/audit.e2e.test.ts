@@ -3,8 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { solutionStream } from '../../src/eventstore/stream-names.js';
 import { fromMicros, toMicros } from '../../src/domain/timestamp.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-
-const before = (timestamp: string) => fromMicros(toMicros(timestamp) - 1n);
+import { before } from './helpers.js';
 
 describe('audit history and point-in-time reads (contract §12)', () => {
   let service: TestService;

@@ -161,6 +161,10 @@ describe('authentication and access', () => {
       delete_solution: 'solutions:write',
       get_workspace_history: 'workspaces:read',
       get_solution_history: 'solutions:read',
+      get_workspace_provenance: 'workspaces:read',
+      get_solution_provenance: 'solutions:read',
+      diff_workspace: 'workspaces:read',
+      diff_solution: 'solutions:read',
     };
 
     /** Valid parameters for each operation, on fresh records where the operation changes them. */
@@ -180,6 +184,10 @@ describe('authentication and access', () => {
         delete_solution: { id: solution.id },
         get_workspace_history: { id: workspace.id, page: 1, size: 10 },
         get_solution_history: { id: solution.id, page: 1, size: 10 },
+        get_workspace_provenance: { id: workspace.id },
+        get_solution_provenance: { id: solution.id },
+        diff_workspace: { id: workspace.id, from: '2000-01-01T00:00:00Z' },
+        diff_solution: { id: solution.id, from: '2000-01-01T00:00:00Z' },
       };
       return params[operation]!;
     }

@@ -1,10 +1,14 @@
 import { expect } from 'vitest';
+import { fromMicros, toMicros } from '../../src/domain/timestamp.js';
 import { createClient, type Client, type OperationName, type Params, type Result } from '../../src/client/index.js';
 import { conformingFetch } from '../support/openapi-conformance.js';
 import { type ApiResponse, type TestService } from '../support/service.js';
 
 /** Contract §8: `YYYY-MM-DDTHH:MM:SS.ffffffZ`. */
 export const timestampPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
+
+/** The instant one microsecond before `timestamp`: the last one at which a change had not happened yet. */
+export const before = (timestamp: string) => fromMicros(toMicros(timestamp) - 1n);
 
 /** Generated ids (contract §4): the prefix and 21 nanoid characters. */
 export const generatedId = (prefix: 'ws_' | 'sol_') => new RegExp(`^${prefix}[A-Za-z0-9_-]{21}$`);
