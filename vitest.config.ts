@@ -3,9 +3,13 @@ import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config
 
 /**
  * The suites that depend on where events are stored run once per event store: the HTTP suite and
- * the projector's crash and failover tests.
+ * the projector's crash, failover and catch-up tests.
  */
-const perEventStore = ['test/e2e/**/*.e2e.test.ts', 'test/int/projections/projector-failures.int.test.ts'];
+const perEventStore = [
+  'test/e2e/**/*.e2e.test.ts',
+  'test/int/projections/projector-failures.int.test.ts',
+  'test/int/projections/catch-up-cache.int.test.ts',
+];
 
 /** A real EventStoreDB is used when EVENTSTORE_URL names one or a Docker engine may start one (checked again in its setup). */
 /** One PostgreSQL server for the run (test/support/global-setup.ts), for every project that needs one. */

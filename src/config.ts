@@ -44,6 +44,7 @@ const environmentSchema = z
     PROJECTION_WAIT_MS: integer(5000, 0, 600_000),
     PROJECTOR_MAX_BATCH_EVENTS: integer(20_000, 500, 1_000_000),
     PROJECTOR_CACHED_ROWS: integer(100_000, 1_000, 10_000_000),
+    PROJECTOR_BULK_CATCH_UP_EVENTS: integer(100_000, 0, 1_000_000_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
@@ -86,6 +87,8 @@ export type Config = Readonly<{
   projectorMaxBatchEvents: number;
   /** Rows the projector keeps in memory from batch to batch while it catches up. */
   projectorCachedRows: number;
+  /** A backlog this long, and at least half the log, is projected in bulk as a rebuild does (PostgreSQL store); 0: never. */
+  projectorBulkCatchUpEvents: number;
   bodyLimitBytes: number;
   rateLimitPerMinute: number;
   logLevel: string;
@@ -133,6 +136,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     projectionWaitMs: env.PROJECTION_WAIT_MS,
     projectorMaxBatchEvents: env.PROJECTOR_MAX_BATCH_EVENTS,
     projectorCachedRows: env.PROJECTOR_CACHED_ROWS,
+    projectorBulkCatchUpEvents: env.PROJECTOR_BULK_CATCH_UP_EVENTS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
     logLevel: env.LOG_LEVEL,

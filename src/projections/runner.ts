@@ -1,13 +1,14 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eventstore/event-log.js';
-import { comparePositions, encodePosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings, isConnectionError } from '../infra/postgres.js';
 import { applyBatch, rowsToLoad, type BatchChanges, type LoadedRows } from './batch.js';
 import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
 import { progressChannel, type ProjectionProgress } from './progress.js';
+import { rebuildReadModel } from './rebuild/index.js';
 import { RowCache } from './row-cache.js';
 import { loadRows, readCheckpoint, readRowTables, writeChanges, type RowTables } from './tables.js';
 
@@ -31,6 +32,11 @@ export type ProjectionRunnerOptions = {
   maxBatchSize?: number;
   /** Rows kept in memory from batch to batch while catching up (default 100,000), so that each is read once. */
   cachedRows?: number;
+  /**
+   * A backlog of at least this many events, and at least half the log, is projected by the
+   * rebuild's bulk path when the store reads its log stream by stream (see bulkCatchUp). Unset: never.
+   */
+  bulkCatchUpEvents?: number;
   /** How often a standby instance tries to take over. */
   standbyRetryMs?: number;
   /** The active projector renews its sign of life at least this often... */
@@ -160,6 +166,7 @@ export class ProjectionRunner {
       max: Math.max(this.options.maxBatchSize ?? defaultPageSizes.max, this.options.batchSize ?? 0),
     };
     let checkpoint = await readCheckpoint(client);
+    if (await this.bulkCatchUp(client, checkpoint)) checkpoint = await readCheckpoint(client);
     progress.advance(checkpoint);
     const rowTables = await readRowTables(client);
     // Dropped once caught up (a small batch reads few rows) and after any failed batch.
@@ -375,6 +382,45 @@ export class ProjectionRunner {
         ? await loadRows(rows, rowsToLoad(events))
         : await rows.catchUp.cache.load(rows.catchUp.loader, envelopes, rows.pending);
     return { loaded, changes: applyBatch(envelopes, loaded) };
+  }
+
+  /**
+   * A log far ahead of the read tables (a fresh read database, one restored from an old backup) is
+   * projected fastest the way a rebuild projects it: read stream by stream and bulk-loaded into new
+   * tables (src/projections/rebuild), which then replace the live ones, with the checkpoint, in one
+   * transaction. Worth it where that costs less than the backlog batch by batch: when the store can
+   * read its log stream by stream (PostgreSQL) and the backlog is at least half the log. Any
+   * failure (an event it cannot apply, an operator's rebuild running) leaves the tables as they
+   * were, and the backlog is projected batch by batch, where a dead letter is recorded as usual.
+   */
+  private async bulkCatchUp(client: pg.Client, checkpoint: GlobalPosition): Promise<boolean> {
+    const { store, logger, bulkCatchUpEvents } = this.options;
+    if (bulkCatchUpEvents === undefined || !store.readLogByStream) return false;
+    const end = await store.readLastPosition();
+    if (!end) return false;
+    const backlog = store.estimateEventsBetween(checkpoint, end);
+    if (backlog < bulkCatchUpEvents || backlog * 2 < store.estimateEventsBetween(startOfLog, end)) return false;
+    logger.info({ backlog }, 'projector far behind: projecting the backlog as a rebuild does, in bulk');
+    // The sign of life goes on meanwhile, or a standby would take over. Should this projector have
+    // been replaced after all, the renewal after the rebuild fails the same way and ends its session.
+    const renewing = setInterval(() => this.renew(client).catch(() => undefined), this.options.renewEveryMs ?? 500);
+    try {
+      const result = await rebuildReadModel({
+        connectionString: this.options.connectionString,
+        store,
+        logger,
+        signal: this.abort.signal,
+        cachedRows: this.options.cachedRows,
+      });
+      logger.info({ events: result.events, eventsPerSecond: Math.round(result.eventsPerSecond) }, 'backlog projected in bulk');
+      return true;
+    } catch (error) {
+      if (this.abort.signal.aborted) return false;
+      logger.warn({ err: (error as Error).message }, 'bulk catch-up failed; projecting the backlog batch by batch');
+      return false;
+    } finally {
+      clearInterval(renewing);
+    }
   }
 
   private async startCatchUp(): Promise<CatchUp> {

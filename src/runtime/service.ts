@@ -91,6 +91,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       batchSize: options.projectorBatchSize,
       maxBatchSize: config.projectorMaxBatchEvents,
       cachedRows: config.projectorCachedRows,
+      bulkCatchUpEvents: config.projectorBulkCatchUpEvents || undefined,
       onCascadesPending: () => cascade.drainAll(),
       onBatchApplied: (events, seconds) => {
         metrics.projectorBatchEvents.observe(events);

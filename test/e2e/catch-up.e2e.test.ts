@@ -14,8 +14,9 @@ import { eventually, startStack, type Stack } from '../support/stack.js';
  */
 const org = 'org_catch_up';
 /**
- * A backlog that takes several seconds to project, whatever the machine: batches held to 500
- * events (PROJECTOR_MAX_BATCH_EVENTS), 300,000 events from PostgreSQL and 30,000 from the
+ * A backlog that takes several seconds to project, whatever the machine: batch by batch (not in
+ * bulk: PROJECTOR_BULK_CATCH_UP_EVENTS=0, covered in test/int/projections/catch-up-cache.int.test.ts),
+ * batches held to 500 events (PROJECTOR_MAX_BATCH_EVENTS), 300,000 events from PostgreSQL and 30,000 from the
  * EventStoreDB stand-in, which serves a few thousand events a second (protobuf messages built and
  * parsed one by one, in the test's own process).
  */
@@ -55,7 +56,7 @@ describe('a service started on a fresh read database over a long log', () => {
     const service = await startServiceProcess({
       databaseUrl,
       eventStoreUrl,
-      env: { PROJECTION_WAIT_MS: String(projectionWaitMs), PROJECTOR_MAX_BATCH_EVENTS: '500' },
+      env: { PROJECTION_WAIT_MS: String(projectionWaitMs), PROJECTOR_MAX_BATCH_EVENTS: '500', PROJECTOR_BULK_CATCH_UP_EVENTS: '0' },
     });
     cleanups.push(() => service.signal('SIGKILL'));
     const token = await service.token([org]);

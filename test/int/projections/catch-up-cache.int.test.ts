@@ -1,3 +1,4 @@
+import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { comparePositions } from '../../../src/eventstore/port.js';
 import { noChanges } from '../../../src/projections/batch.js';
@@ -81,5 +82,40 @@ describe('the live projector catching up with rows kept between batches', () => 
     expect(await readCheckpoint(stack.pool)).toEqual(checkpoint);
     // The same move, told of the tables as they are now, is made.
     expect(await writeChanges(stack.pool, changes, { from: checkpoint, to, rowTables: await readRowTables(stack.pool) })).toBe(true);
+  });
+});
+
+describe('the live projector far behind', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.close());
+
+  // In bulk where the store reads its log stream by stream (PostgreSQL); EventStoreDB cannot, and the backlog goes batch by batch.
+  it('projects a backlog of most of the log the way a rebuild does where the store allows, then goes on batch by batch', async () => {
+    const bulk = stack.store.readLogByStream !== undefined;
+    const random = seededRandom(11);
+    const writers = ['a', 'b'].map((name, index) => new RecordWriter(name, `org_${index}`, random));
+    await appendHistory(stack, writers, 1200, random);
+    const logLines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => void logLines.push(JSON.parse(line) as Record<string, unknown>) });
+    const tablesBefore = await readRowTables(stack.pool);
+    stack.runner({ logger, bulkCatchUpEvents: 500 }).start();
+    await caughtUp(stack);
+    expect(await stack.differences()).toEqual([]);
+    const inBulk = () => logLines.filter((line) => line.msg === 'backlog projected in bulk').length;
+    // Logged just after the switch-over moved the checkpoint.
+    if (bulk) await eventually(() => inBulk() === 1);
+    // Where in bulk: new tables, switched in with the checkpoint.
+    expect((await readRowTables(stack.pool)).workspaces !== tablesBefore.workspaces).toBe(bulk);
+
+    // Caught up, it goes on batch by batch: what is appended now is projected into the same tables.
+    const tablesAfter = await readRowTables(stack.pool);
+    await appendHistory(stack, writers, 300, random);
+    await caughtUp(stack);
+    expect(await stack.differences()).toEqual([]);
+    expect(await readRowTables(stack.pool)).toEqual(tablesAfter);
+    expect(inBulk()).toBe(bulk ? 1 : 0);
   });
 });
