@@ -1,5 +1,5 @@
 import { notFound } from '../errors.js';
-import { readRecord } from '../eventstore/event-log.js';
+import { readRecord, readRecordRange } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Page, PageRequest } from '../read/pages.js';
@@ -27,12 +27,57 @@ const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? works
 /** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
 async function accessibleEvents(store: EventStore, kind: RecordKind, id: string, organizations: ReadonlySet<string>): Promise<Envelope[]> {
   const events = (await readRecord(store, streamOf(kind, id))).events.map((logged) => logged.event);
-  const created = events[0];
-  const organizationId = created && 'organization_id' in created.data ? created.data.organization_id : undefined;
+  const organizationId = organizationOf(events[0]);
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
 }
 
+/** The organization a record belongs to, from its creating event; undefined when that is not one of the service's creations. */
+function organizationOf(created: Envelope | undefined): string | undefined {
+  return created && 'organization_id' in created.data ? created.data.organization_id : undefined;
+}
+
+const historyItem = <K extends RecordKind>(event: Envelope, version: number) =>
+  // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
+  ({
+    version,
+    type: event.type,
+    occurred_at: event.metadata.occurred_at,
+    actor: event.metadata.actor,
+    data: event.data,
+  }) as HistoryItem<EventOf<K>>;
+
+/**
+ * One page of a record's history, reading only what it shows: the creating event (whose
+ * organization decides access), the stream's last event (the total) and the page's range of
+ * versions, each O(1) or O(page) in the record's age. A stream into which another program wrote
+ * (foreign events, left out) is paged by its own events only, which takes reading it whole: when
+ * any of the three reads meets a foreign event, the page is taken from the whole stream instead.
+ */
 export async function recordHistory<K extends RecordKind>(
+  store: EventStore,
+  kind: K,
+  id: string,
+  organizations: ReadonlySet<string>,
+  request: PageRequest,
+): Promise<Page<HistoryItem<EventOf<K>>>> {
+  const streamName = streamOf(kind, id);
+  const start = (request.page - 1) * request.size;
+  const [first, last, page] = await Promise.all([
+    readRecordRange(store, streamName, { limit: 1 }),
+    readRecordRange(store, streamName, { direction: 'backwards', limit: 1 }),
+    readRecordRange(store, streamName, { from: BigInt(start + 1), limit: request.size }),
+  ]);
+  if (first.leftOut + last.leftOut + page.leftOut > 0) return wholeHistory(store, kind, id, organizations, request);
+  const organizationId = organizationOf(first.events[0]?.event);
+  if (organizationId === undefined || !organizations.has(organizationId)) throw notFound(kind);
+  // The page may have been read after an append the last-event read missed.
+  const total = Number([...last.read, ...page.read].reduce((most, event) => (event.version > most ? event.version : most), 0n));
+  const items = page.events.map((logged) => historyItem<K>(logged.event, Number(logged.version)));
+  return { total, page: request.page, size: request.size, items };
+}
+
+/** The history page out of the whole stream, numbering the service's own events only. */
+async function wholeHistory<K extends RecordKind>(
   store: EventStore,
   kind: K,
   id: string,
@@ -42,17 +87,7 @@ export async function recordHistory<K extends RecordKind>(
   const events = await accessibleEvents(store, kind, id, organizations);
   if (events.length === 0) throw notFound(kind);
   const start = (request.page - 1) * request.size;
-  // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
-  const items = events.slice(start, start + request.size).map(
-    (event, index) =>
-      ({
-        version: start + index + 1,
-        type: event.type,
-        occurred_at: event.metadata.occurred_at,
-        actor: event.metadata.actor,
-        data: event.data,
-      }) as HistoryItem<EventOf<K>>,
-  );
+  const items = events.slice(start, start + request.size).map((event, index) => historyItem<K>(event, start + index + 1));
   return { total: events.length, page: request.page, size: request.size, items };
 }
 

@@ -8,6 +8,7 @@ import {
   type NewEvent,
   type RecordedEvent,
   type StreamOrderedLog,
+  type StreamRange,
 } from './port.js';
 import { readLogByStream } from './postgres-stream-order.js';
 
@@ -161,9 +162,25 @@ export class PostgresEventStore implements EventStore {
     }
   }
 
-  async readStream(streamName: string): Promise<RecordedEvent[]> {
+  async readStream(streamName: string, range: StreamRange = {}): Promise<RecordedEvent[]> {
+    // Served by the primary key (stream_name, version) in either direction. LIMIT ALL: no limit.
+    const backwards = range.direction === 'backwards';
+    const from = range.from?.toString() ?? null;
+    const limit = range.limit ?? null;
     const { rows } = await this.guard(() =>
-      this.pool.query<EventRow>(named(`SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 ORDER BY version`, [streamName])),
+      this.pool.query<EventRow>(
+        backwards
+          ? named(
+              `SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 AND version <= coalesce($2::bigint, 9223372036854775807)
+               ORDER BY version DESC LIMIT $3`,
+              [streamName, from, limit],
+            )
+          : named(
+              `SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 AND version >= coalesce($2::bigint, 1)
+               ORDER BY version LIMIT $3`,
+              [streamName, from, limit],
+            ),
+      ),
     );
     return rows.map(toRecordedEvent);
   }

@@ -1,0 +1,52 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { callApi, startTestService, type TestService } from '../support/service.js';
+import { ok } from './helpers.js';
+
+/**
+ * A record's age and popularity (issue 21): a record with many events and many writers at once
+ * answers as a new one does. These tests assert what is answered; how fast is `npm run bench`'s.
+ */
+describe('hot records: long histories and concurrent writers of one record', () => {
+  let service: TestService;
+  let token: string;
+  const org = 'org_hot';
+
+  beforeAll(async () => {
+    service = await startTestService();
+    token = await service.token([org]);
+  });
+  afterAll(() => service?.close());
+
+  /** A workspace with `updates` updates after its creation, each setting attribute `n`. */
+  async function recordWithHistory(updates: number): Promise<{ id: string; versions: { updated_at: string; n: number }[] }> {
+    const created = await ok(service, token, 'create_workspace', { organization_id: org, name: 'long-lived' });
+    const versions = [{ updated_at: created.updated_at, n: 0 }];
+    for (let n = 1; n <= updates; n++) {
+      const updated = await ok(service, token, 'update_workspace', { id: created.id, name: `v${n}`, attributes: { n } });
+      versions.push({ updated_at: updated.updated_at, n });
+    }
+    return { id: created.id, versions };
+  }
+
+  it('pages a history by its versions: every page holds its own events, the total counts them all', async () => {
+    const { id } = await recordWithHistory(24);
+    const whole = await ok(service, token, 'get_workspace_history', { id, page: 1, size: 100 });
+    expect(whole.total).toBe(25);
+    expect(whole.items.map((item) => item.version)).toEqual(Array.from({ length: 25 }, (_, index) => index + 1));
+
+    for (const size of [1, 7, 10]) {
+      const pages = [];
+      for (let page = 1; page <= Math.ceil(25 / size); page++) {
+        const answer = await ok(service, token, 'get_workspace_history', { id, page, size });
+        expect({ total: answer.total, page: answer.page, size: answer.size }).toEqual({ total: 25, page, size });
+        pages.push(...answer.items);
+      }
+      expect(pages).toEqual(whole.items);
+    }
+    const pastTheEnd = await ok(service, token, 'get_workspace_history', { id, page: 4, size: 10 });
+    expect(pastTheEnd).toEqual({ total: 25, page: 4, size: 10, items: [] });
+
+    const outsider = await service.token(['org_elsewhere']);
+    expect((await callApi(service, outsider, 'get_workspace_history', { id, page: 2, size: 10 })).status).toBe(404);
+  });
+});
