@@ -43,6 +43,7 @@ const environmentSchema = z
     AUTH_AUDIENCE: optionalString,
     PROJECTION_WAIT_MS: integer(5000, 0, 600_000),
     PROJECTOR_MAX_BATCH_EVENTS: integer(20_000, 500, 1_000_000),
+    RECORD_QUEUE_LIMIT: integer(256, 1, 100_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
@@ -81,6 +82,8 @@ export type Config = Readonly<{
     audience: string | undefined;
   }>;
   projectionWaitMs: number;
+  /** Commands that may wait their turn on one record at one instance before more are refused with 429 (contract §7). */
+  recordQueueLimit: number;
   /** The most events the projector applies in one batch while it catches up (src/projections/catch-up.ts). */
   projectorMaxBatchEvents: number;
   bodyLimitBytes: number;
@@ -128,6 +131,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
       audience: env.AUTH_AUDIENCE,
     }),
     projectionWaitMs: env.PROJECTION_WAIT_MS,
+    recordQueueLimit: env.RECORD_QUEUE_LIMIT,
     projectorMaxBatchEvents: env.PROJECTOR_MAX_BATCH_EVENTS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,

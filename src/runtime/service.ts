@@ -118,6 +118,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       projectionWaitMs: config.projectionWaitMs,
       logger,
       observer,
+      recordQueueLimit: config.recordQueueLimit,
     });
 
     const queries: Queries = {
