@@ -8,6 +8,8 @@ import type { DomainEvent, Envelope, SolutionEvent, WorkspaceEvent } from '../do
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
 import type { Workspace } from '../domain/workspace.js';
+import { loadRecord } from '../write/load-record.js';
+import type { SnapshotStore } from '../write/snapshots.js';
 
 /**
  * Audit reads (contract §12), straight from the event log through the port, so they work on
@@ -91,34 +93,30 @@ async function wholeHistory<K extends RecordKind>(
   return { total: events.length, page: request.page, size: request.size, items };
 }
 
-/** A record's state at `asOf`, folded with the write side's own evolve from the events up to then. */
-function stateAt<State>(
-  events: Envelope[],
-  asOf: Timestamp,
-  decider: { initialState: State; evolve: (state: State, event: never) => State },
-): State {
-  return events
-    .filter((event) => event.metadata.occurred_at <= asOf)
-    .reduce((current, event) => decider.evolve(current, event as never), decider.initialState);
-}
-
-/** The workspace as it was at `asOf`; 404 if it did not exist then. */
+/** The workspace as it was at `asOf`, from the latest snapshot at or before it; 404 if it did not exist then. */
 export async function workspaceAsOf(
   store: EventStore,
   id: string,
   organizations: ReadonlySet<string>,
   asOf: Timestamp,
+  snapshots?: SnapshotStore,
 ): Promise<Workspace> {
-  const state = stateAt(await accessibleEvents(store, 'workspace', id, organizations), asOf, workspaceDecider);
-  if (state.status !== 'active') throw notFound('workspace');
+  const { state } = await loadRecord(store, workspaceStream(id), workspaceDecider, { snapshots, until: asOf });
+  if (state.status !== 'active' || !organizations.has(state.workspace.organization_id)) throw notFound('workspace');
   return state.workspace;
 }
 
 /** The solution as it was at `asOf`: it existed then, and so did its workspace (a cascade can trail the deletion). */
-export async function solutionAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Solution> {
-  const state = stateAt(await accessibleEvents(store, 'solution', id, organizations), asOf, solutionDecider);
-  if (state.status !== 'active') throw notFound('solution');
-  const workspaceEvents = (await readRecord(store, workspaceStream(state.solution.workspace_id))).events.map((logged) => logged.event);
-  if (stateAt(workspaceEvents, asOf, workspaceDecider).status !== 'active') throw notFound('solution');
+export async function solutionAsOf(
+  store: EventStore,
+  id: string,
+  organizations: ReadonlySet<string>,
+  asOf: Timestamp,
+  snapshots?: SnapshotStore,
+): Promise<Solution> {
+  const { state } = await loadRecord(store, solutionStream(id), solutionDecider, { snapshots, until: asOf });
+  if (state.status !== 'active' || !organizations.has(state.solution.organization_id)) throw notFound('solution');
+  const workspace = await loadRecord(store, workspaceStream(state.solution.workspace_id), workspaceDecider, { snapshots, until: asOf });
+  if (workspace.state.status !== 'active') throw notFound('solution');
   return state.solution;
 }

@@ -8,11 +8,13 @@ import {
   type EventStore,
   type GlobalPosition,
   type NewEvent,
-  type StreamHead,
 } from '../eventstore/port.js';
 import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
 import type { RecentStates } from './recent-states.js';
+import { loadRecord, type Loaded } from './load-record.js';
+import { snapshotInterval, type SnapshotStore } from './snapshots.js';
+import type { Timestamp } from '../domain/timestamp.js';
 
 export type Outcome<State> = { state: State; position: GlobalPosition | undefined };
 
@@ -48,10 +50,9 @@ export type ExecuteOptions = {
    * append here; only a guess, which the append's expected version checks.
    */
   recent?: RecentStates | undefined;
+  /** Where snapshots are kept: read when the state is not in memory, and one taken whenever an append passes a multiple of the interval. */
+  snapshots?: SnapshotStore | undefined;
 };
-
-/** A record's state and the stream head it reflects (what the next append expects). */
-export type Loaded<State> = { state: State; head: StreamHead };
 
 /** One command of a group: decided in its turn, settled once the group's append has answered. */
 export type CommandJob<Command, State, Event extends DomainEvent> = {
@@ -69,19 +70,14 @@ export type CommandJob<Command, State, Event extends DomainEvent> = {
   fail: (error: unknown) => void;
 };
 
-export async function loadState<State, Event extends DomainEvent>(
+/** A record's current state and head, from its latest snapshot and the events after it (src/write/load-record.ts). */
+export function loadState<State, Event extends DomainEvent>(
   store: EventStore,
   streamName: string,
   decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
+  snapshots?: SnapshotStore,
 ): Promise<Loaded<State>> {
-  const { events, version } = await readRecord(store, streamName);
-  return {
-    state: fold(
-      decider,
-      events.map((logged) => logged.event),
-    ),
-    head: { version },
-  };
+  return loadRecord(store, streamName, decider, { snapshots });
 }
 
 /** A stream that cannot exist yet: the decider's initial state at version 0. */
@@ -151,8 +147,9 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
   known: Loaded<State>,
   streamName: string,
   observer: CommandObserver | undefined,
-): Promise<{ decisions: Decision<State>[]; events: NewEvent[]; state: State }> {
+): Promise<{ decisions: Decision<State>[]; events: NewEvent[]; state: State; occurredAt: Timestamp | undefined }> {
   let state = known.state;
+  let occurredAt: Timestamp | undefined;
   let size = 0;
   const events: NewEvent[] = [];
   const decisions: Decision<State>[] = [];
@@ -168,6 +165,7 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
         size += JSON.stringify(event.data).length;
         const id = eventId(job.request.commandId ?? job.request.requestId, streamName, version, index, event);
         events.push({ id, type: event.type, data: event.data, metadata: event.metadata });
+        occurredAt = event.metadata.occurred_at;
       }
       state = decidedEvents.reduce(job.decider.evolve, state);
       decisions.push({ state });
@@ -175,7 +173,7 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
       decisions.push({ error });
     }
   }
-  return { decisions, events, state };
+  return { decisions, events, state, occurredAt };
 }
 
 /**
@@ -197,7 +195,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
   jobs: CommandJob<Command, State, Event>[],
   options: ExecuteOptions = {},
 ): Promise<void> {
-  const { observer, recent } = options;
+  const { observer, recent, snapshots } = options;
   const { decider } = jobs[0]!;
   let pending = jobs;
   let known: Loaded<State> | undefined;
@@ -217,8 +215,8 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
 
   let attempt = 1;
   while (pending.length > 0) {
-    const current = known ?? (await timed(observer, 'read', () => loadState(store, streamName, decider)));
-    const { decisions, events, state } = await decideInTurn(pending, current, streamName, observer);
+    const current = known ?? (await timed(observer, 'read', () => loadState(store, streamName, decider, snapshots)));
+    const { decisions, events, state, occurredAt } = await decideInTurn(pending, current, streamName, observer);
     const settle = (position: GlobalPosition | undefined) => {
       decisions.forEach((decision, index) =>
         'error' in decision ? pending[index]!.fail(decision.error) : pending[index]!.resolve({ state: decision.state, position }),
@@ -234,6 +232,9 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
       const { position } = await timed(observer, 'append', () => store.append(streamName, current.head.version, events));
       known = { state, head: { version: current.head.version + BigInt(events.length) } };
       recent?.set(streamName, known.head, state);
+      if (snapshots && known.head.version / snapshotInterval > current.head.version / snapshotInterval) {
+        void snapshots.save([{ streamName, head: known.head, eventId: events.at(-1)!.id, occurredAt: occurredAt!, state }]);
+      }
       // A job that changed nothing still answers after the group's events: its state shows them.
       settle(position);
       attempt = 1;

@@ -10,6 +10,7 @@ import { RecentStates } from './recent-states.js';
 import type { DomainEvent } from '../domain/events.js';
 import { loadState, runGroup, timed, type CommandJob, type CommandObserver, type Outcome } from './execute.js';
 import { RecordQueueFull, RecordQueues } from './record-queue.js';
+import type { SnapshotStore } from './snapshots.js';
 import type { JsonObject } from '../domain/merge-patch.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
@@ -47,6 +48,8 @@ export type CommandHandlerDeps = {
   observer?: CommandObserver;
   /** Commands that may wait their turn on one record (RECORD_QUEUE_LIMIT, contract §7). */
   recordQueueLimit: number;
+  /** Where records' snapshots are kept; without, a record not in memory is read from its first event. */
+  snapshots?: SnapshotStore;
 };
 
 type QueuedJob = CommandJob<unknown, unknown, DomainEvent>;
@@ -111,7 +114,8 @@ export class CommandHandlers {
     this.queues = new RecordQueues<QueuedJob>({
       limit: deps.recordQueueLimit,
       maxGroup: maxCommandsPerGroup,
-      runGroup: (streamName, jobs) => runGroup(deps.store, streamName, jobs, { observer: deps.observer, recent: this.recent }),
+      runGroup: (streamName, jobs) =>
+        runGroup(deps.store, streamName, jobs, { observer: deps.observer, recent: this.recent, snapshots: deps.snapshots }),
     });
   }
 
@@ -201,13 +205,15 @@ export class CommandHandlers {
    * and the cascade removes the solution if the workspace did go.
    */
   private async ensureParentSurvived(workspaceId: string, what: string): Promise<void> {
-    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider).catch((error: unknown) => {
-      this.deps.logger.warn(
-        { err: (error as Error).message, workspaceId },
-        'could not check the workspace after a stored change; answering it as done',
-      );
-      return undefined;
-    });
+    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider, this.deps.snapshots).catch(
+      (error: unknown) => {
+        this.deps.logger.warn(
+          { err: (error as Error).message, workspaceId },
+          'could not check the workspace after a stored change; answering it as done',
+        );
+        return undefined;
+      },
+    );
     if (!parent || parent.state.status === 'active') return;
     await this.deps.cascade.drainWorkspace(workspaceId).catch(() => this.deps.cascade.drainAll());
     throw notFound(what);
@@ -215,7 +221,7 @@ export class CommandHandlers {
 
   /** The workspace if it is active and the caller may access it; otherwise `what` is not found. */
   private async activeWorkspace(workspaceId: string, caller: Caller, what = 'workspace'): Promise<Workspace> {
-    const { state } = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider);
+    const { state } = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider, this.deps.snapshots);
     if (state.status !== 'active' || !caller.organizations.has(state.workspace.organization_id)) throw notFound(what);
     return state.workspace;
   }
