@@ -10,7 +10,7 @@
  *
  * Part of `npm run bench` (bench/side-by-side.ts runs it last, on its service); alone:
  *
- *   npm run bench:hot-record -- [--events 100000] [--seconds 5]
+ *   npm run bench:hot-record -- [--events 100000] [--seconds 5] [--keep]
  */
 import http from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -182,6 +182,7 @@ async function runScenario(options: { url: string; databaseUrl: string; events: 
   const middle = fromMicros(toMicros(hot.created_at) + BigInt(Math.floor(options.events / 2)));
   const lastPage = Math.max(1, Math.ceil(options.events / 100));
   const requests = 200;
+  const keyedRequests = 20;
 
   const keyed = (id: string) => (index: number) =>
     post(service, 'update_workspace', { id, name: `keyed ${index}` }, { 'idempotency-key': `${id}-${Date.now()}-${index}` });
@@ -190,7 +191,7 @@ async function runScenario(options: { url: string; databaseUrl: string; events: 
 
   // Warm-up, not counted: the first reads of the long history make its snapshots, the first update
   // reads the events its instance has not seen (appended by the seeding).
-  for (const id of [hot.id, fresh.id]) await sequential(20, keyed(id));
+  for (const id of [hot.id, fresh.id]) await sequential(3, keyed(id));
   await sequential(5, asOf(hot.id, middle));
   await sequential(5, history(hot.id, lastPage));
 
@@ -264,7 +265,13 @@ async function runScenario(options: { url: string; databaseUrl: string; events: 
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1]!).href) {
-  const { values } = parseArgs({ options: { events: { type: 'string', default: '100000' }, seconds: { type: 'string', default: '5' } } });
+  const { values } = parseArgs({
+    options: {
+      events: { type: 'string', default: '100000' },
+      seconds: { type: 'string', default: '5' },
+      keep: { type: 'boolean', default: false },
+    },
+  });
   const logger = pino({ level: 'warn' });
   const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-bench-hot-'));
   const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(dataDir, logger);
@@ -280,7 +287,8 @@ if (import.meta.url === pathToFileURL(process.argv[1]!).href) {
     await hotRecordScenario({ url: service.url, databaseUrl, events: Number(values.events), seconds: Number(values.seconds) });
   } finally {
     await service.signal('SIGTERM');
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    if (values.keep) console.log(`kept the database ${name}`);
+    else await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
     await admin.end();
     await embedded?.stop();
     rmSync(dataDir, { recursive: true, force: true });

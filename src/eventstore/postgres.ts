@@ -163,7 +163,10 @@ export class PostgresEventStore implements EventStore {
   }
 
   async readStream(streamName: string, range: StreamRange = {}): Promise<RecordedEvent[]> {
-    // Served by the primary key (stream_name, version) in either direction. LIMIT ALL: no limit.
+    // Versions run without gaps, so the range is bounded on both sides: whatever plan PostgreSQL
+    // picks (a bitmap scan and a sort, with stale statistics), it visits only the range's rows.
+    // The last version comes from the primary key's end (max() reads one index entry). LIMIT
+    // NULL: no limit; 2^62 stands for "no bound" without overflowing.
     const backwards = range.direction === 'backwards';
     const from = range.from?.toString() ?? null;
     const limit = range.limit ?? null;
@@ -171,12 +174,17 @@ export class PostgresEventStore implements EventStore {
       this.pool.query<EventRow>(
         backwards
           ? named(
-              `SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 AND version <= coalesce($2::bigint, 9223372036854775807)
+              `WITH top AS (SELECT coalesce($2::bigint, (SELECT max(version) FROM es_events WHERE stream_name = $1)) AS last_version)
+               SELECT ${eventColumns} FROM es_events, top
+               WHERE stream_name = $1 AND version <= top.last_version
+                 AND version > top.last_version - coalesce($3::bigint, 4611686018427387904)
                ORDER BY version DESC LIMIT $3`,
               [streamName, from, limit],
             )
           : named(
-              `SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 AND version >= coalesce($2::bigint, 1)
+              `SELECT ${eventColumns} FROM es_events
+               WHERE stream_name = $1 AND version >= coalesce($2::bigint, 1)
+                 AND version < coalesce($2::bigint, 1) + coalesce($3::bigint, 4611686018427387904)
                ORDER BY version LIMIT $3`,
               [streamName, from, limit],
             ),

@@ -102,7 +102,7 @@ export async function actualReadModel(pool: Pool, schema = 'public'): Promise<Re
  * Snapshots of another format are ignored by the service and here.
  */
 export async function verifySnapshots(store: EventStore, pool: Pool): Promise<{ differences: string[]; checked: number }> {
-  const { rows } = await pool.query<SnapshotRow>(`SELECT ${snapshotColumns} FROM record_snapshots ORDER BY stream_name, version`);
+  const { rows } = await pool.query<SnapshotRow>(`SELECT ${snapshotColumns} FROM record_snapshots s ORDER BY s.stream_name, s.version`);
   const differences: string[] = [];
   let checked = 0;
   const byStream = new Map<string, SnapshotRow[]>();

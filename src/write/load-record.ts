@@ -15,8 +15,12 @@ export type LoadOptions = {
   until?: Timestamp | undefined;
 };
 
-/** Events read at once while folding. */
-const pageSize = 500;
+/**
+ * Events read at once while folding: the first page a little more than a snapshot interval (what
+ * a load after a snapshot reads), doubling from there up to the largest for a long fold.
+ */
+const firstPageSize = Number(snapshotInterval) + 28;
+const largestPageSize = 4096;
 
 type Evolving<State, Event extends DomainEvent> = Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>;
 
@@ -54,7 +58,7 @@ async function foldFrom<State, Event extends DomainEvent>(
     if (snapshots && made.length > 0) void snapshots.save(made);
   };
   // From the snapshot's own event, to see that it is still there.
-  for (let from = start?.head.version ?? 1n; ;) {
+  for (let from = start?.head.version ?? 1n, pageSize = firstPageSize; ; pageSize = Math.min(pageSize * 2, largestPageSize)) {
     const page = await readRecordRange(store, streamName, { from, limit: pageSize });
     if (start && from === start.head.version && page.read[0]?.id !== start.eventId) return undefined;
     for (const logged of page.events) {

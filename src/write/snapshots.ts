@@ -88,6 +88,7 @@ const rowsPerInsert = 200;
 /** Of the latest snapshots, how many are tried before giving up on them (each one found corrupt leads to the one before). */
 const candidates = 4;
 
+/** The columns as SnapshotRow has them: `version` as text, so ORDER BY names the table's (`s.version`), not this alias. */
 export const snapshotColumns = 'stream_name, version::text AS version, event_id, occurred_at, format, state, checksum';
 
 /** Snapshots in the read database (table record_snapshots, migration 0008), in either event-store mode. */
@@ -101,9 +102,9 @@ export class PostgresSnapshots implements SnapshotStore {
     let rows: SnapshotRow[];
     try {
       ({ rows } = await this.pool.query<SnapshotRow>(
-        `SELECT ${snapshotColumns} FROM record_snapshots
+        `SELECT ${snapshotColumns} FROM record_snapshots s
          WHERE stream_name = $1 AND ($2::text IS NULL OR occurred_at <= $2::text)
-         ORDER BY version DESC LIMIT ${candidates}`,
+         ORDER BY s.version DESC LIMIT ${candidates}`,
         [streamName, until ?? null],
       ));
     } catch (error) {
