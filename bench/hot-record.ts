@@ -196,10 +196,11 @@ async function runScenario(options: { url: string; databaseUrl: string; events: 
   await sequential(5, history(hot.id, lastPage));
 
   const rows: [string, number, number][] = [];
+  // Fewer keyed updates: on the long record each still reads the whole stream (README, known limits).
   rows.push([
     'keyed update_workspace, p50 ms',
-    p50(await sequential(requests, keyed(fresh.id))),
-    p50(await sequential(requests, keyed(hot.id))),
+    p50(await sequential(keyedRequests, keyed(fresh.id))),
+    p50(await sequential(keyedRequests, keyed(hot.id))),
   ]);
   rows.push([
     `history page ${lastPage} (size 100) vs page 1, p50 ms`,
