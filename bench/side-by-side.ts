@@ -6,7 +6,10 @@
  * service alone: creates on one instance against creates spread over two instances on its one
  * database (one of them projecting), with their throughput, p50/p99 and projection lag.
  *
- *   npm run bench -- [--seconds 5] [--rounds 3] [--connections 32]
+ * Then the hot-record scenario (bench/hot-record.ts): a record of `--hot-events` events against a
+ * new one.
+ *
+ *   npm run bench -- [--seconds 5] [--rounds 3] [--connections 32] [--hot-events 100000]
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
@@ -21,6 +24,7 @@ import { freePort, startEmbeddedPostgres } from '../src/infra/embedded-postgres.
 import { databaseUrl as databaseUrlOn } from './databases.js';
 import { scrape, total, type Scrape } from '../test/support/metrics.js';
 import { testSecret } from '../test/support/secret.js';
+import { hotRecordScenario } from './hot-record.js';
 import { percentile } from './statistics.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 
@@ -29,8 +33,10 @@ const { values } = parseArgs({
     seconds: { type: 'string', default: '5' },
     rounds: { type: 'string', default: '3' },
     connections: { type: 'string', default: '32' },
+    'hot-events': { type: 'string', default: '100000' },
   },
 });
+const hotRecordEvents = Number(values['hot-events']);
 const seconds = Number(values.seconds);
 const rounds = Number(values.rounds);
 const connections = Number(values.connections);
@@ -338,6 +344,11 @@ try {
   console.log(
     `two instances / one: ${fmt(two! / one!, 2).trim()}x the creates/s; projector batches applied by ${projectedOn.join(' and ') || 'neither instance'}`,
   );
+
+  // Last, a record with a long history against a new one (bench/hot-record.ts), on the first instance.
+  await second.signal('SIGTERM');
+  second = undefined;
+  await hotRecordScenario({ url: service.url, databaseUrl: serviceDatabase!, events: hotRecordEvents, seconds });
 } finally {
   agent.destroy();
   await second?.signal('SIGTERM');

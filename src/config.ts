@@ -45,6 +45,7 @@ const environmentSchema = z
     PROJECTOR_MAX_BATCH_EVENTS: integer(20_000, 500, 1_000_000),
     PROJECTOR_CACHED_ROWS: integer(100_000, 1_000, 10_000_000),
     PROJECTOR_BULK_CATCH_UP_EVENTS: integer(100_000, 0, 1_000_000_000),
+    RECORD_QUEUE_LIMIT: integer(256, 1, 100_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
@@ -83,6 +84,8 @@ export type Config = Readonly<{
     audience: string | undefined;
   }>;
   projectionWaitMs: number;
+  /** Commands that may wait their turn on one record at one instance before more are refused with 429 (contract §7). */
+  recordQueueLimit: number;
   /** The most events the projector applies in one batch while it catches up (src/projections/catch-up.ts). */
   projectorMaxBatchEvents: number;
   /** Rows the projector keeps in memory from batch to batch while it catches up. */
@@ -134,6 +137,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
       audience: env.AUTH_AUDIENCE,
     }),
     projectionWaitMs: env.PROJECTION_WAIT_MS,
+    recordQueueLimit: env.RECORD_QUEUE_LIMIT,
     projectorMaxBatchEvents: env.PROJECTOR_MAX_BATCH_EVENTS,
     projectorCachedRows: env.PROJECTOR_CACHED_ROWS,
     projectorBulkCatchUpEvents: env.PROJECTOR_BULK_CATCH_UP_EVENTS,

@@ -29,6 +29,16 @@ export class ServiceError extends Error {
   }
 }
 
+/** Refused for now: 429 `rate_limited`, with `Retry-After` set to `retryAfterSeconds`. */
+export class RetryLater extends ServiceError {
+  constructor(
+    message: string,
+    readonly retryAfterSeconds: number,
+  ) {
+    super('rate_limited', message);
+  }
+}
+
 export const notFound = (what: string) => new ServiceError('not_found', `${what} not found`);
 
 export const invalid = (path: string, message: string) => new ServiceError('validation_error', 'invalid parameters', [{ path, message }]);

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { InvalidValue, RecordIdTaken, RecordNotFound } from '../domain/errors.js';
-import { ServiceError, type ErrorCode, type ErrorDetail } from '../errors.js';
+import { RetryLater, ServiceError, type ErrorCode, type ErrorDetail } from '../errors.js';
 import { EventStoreUnavailable } from '../eventstore/port.js';
 import { isConnectionError } from '../infra/postgres.js';
 
@@ -64,6 +64,7 @@ export function sendServiceError(
   if (status >= 500) request.log.error({ err: cause }, 'request failed');
   else request.log.info({ code: serviceError.code }, serviceError.message);
   if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');
+  if (serviceError instanceof RetryLater) reply.header('Retry-After', String(serviceError.retryAfterSeconds));
   // Also on answers given before the onRequest hook that sets it (a path the router refused).
   reply.header('x-request-id', request.id);
   return reply.code(status).send(errorBody(serviceError, request.id));

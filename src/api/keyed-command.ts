@@ -40,8 +40,10 @@ export async function runKeyedCommand(options: {
     const serviceError = toServiceError(error);
     const status = statusOf[serviceError.code];
     // After a 5xx the key is given back: a retry runs at once and, if the events did land,
-    // answers what they did (they carry the command's id).
-    await (status < 500 ? claim.complete({ status, body: errorBody(serviceError, requestId) }) : claim.release()).catch(keepFailed);
+    // answers what they did (they carry the command's id). So it is after a 429 (the record's
+    // queue was full), which did nothing and asks to be retried.
+    const final = status < 500 && status !== statusOf.rate_limited;
+    await (final ? claim.complete({ status, body: errorBody(serviceError, requestId) }) : claim.release()).catch(keepFailed);
     throw error;
   }
   // The command's events are stored: its answer stands even if keeping it for replays fails.

@@ -1,5 +1,5 @@
 import { notFound } from '../errors.js';
-import { readRecord } from '../eventstore/event-log.js';
+import { readRecord, readRecordRange } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Page, PageRequest } from '../read/pages.js';
@@ -8,6 +8,8 @@ import type { DomainEvent, Envelope, SolutionEvent, WorkspaceEvent } from '../do
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
 import type { Workspace } from '../domain/workspace.js';
+import { loadRecord } from '../write/load-record.js';
+import type { SnapshotStore } from '../write/snapshots.js';
 
 /**
  * Audit reads (contract §12), straight from the event log through the port, so they work on
@@ -32,9 +34,13 @@ export async function accessibleEvents(
   organizations: ReadonlySet<string>,
 ): Promise<Envelope[]> {
   const events = (await readRecord(store, streamOf(kind, id))).events.map((logged) => logged.event);
-  const created = events[0];
-  const organizationId = created && 'organization_id' in created.data ? created.data.organization_id : undefined;
+  const organizationId = organizationOf(events[0]);
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
+}
+
+/** The organization a record belongs to, from its creating event; undefined when that is not one of the service's creations. */
+function organizationOf(created: Envelope | undefined): string | undefined {
+  return created && 'organization_id' in created.data ? created.data.organization_id : undefined;
 }
 
 /** One event as a history item; `version` is its 1-based place among the record's events. */
@@ -48,7 +54,38 @@ export const historyItem = <K extends RecordKind>(event: Envelope, version: numb
     data: event.data,
   }) as HistoryItem<EventOf<K>>;
 
+/**
+ * One page of a record's history, reading only what it shows: the creating event (whose
+ * organization decides access), the stream's last event (the total) and the page's range of
+ * versions, each O(1) or O(page) in the record's age. A stream into which another program wrote
+ * (foreign events, left out) is paged by its own events only, which takes reading it whole: when
+ * any of the three reads meets a foreign event, the page is taken from the whole stream instead.
+ */
 export async function recordHistory<K extends RecordKind>(
+  store: EventStore,
+  kind: K,
+  id: string,
+  organizations: ReadonlySet<string>,
+  request: PageRequest,
+): Promise<Page<HistoryItem<EventOf<K>>>> {
+  const streamName = streamOf(kind, id);
+  const start = (request.page - 1) * request.size;
+  const [first, last, page] = await Promise.all([
+    readRecordRange(store, streamName, { limit: 1 }),
+    readRecordRange(store, streamName, { direction: 'backwards', limit: 1 }),
+    readRecordRange(store, streamName, { from: BigInt(start + 1), limit: request.size }),
+  ]);
+  if (first.leftOut + last.leftOut + page.leftOut > 0) return wholeHistory(store, kind, id, organizations, request);
+  const organizationId = organizationOf(first.events[0]?.event);
+  if (organizationId === undefined || !organizations.has(organizationId)) throw notFound(kind);
+  // The page may have been read after an append the last-event read missed.
+  const total = Number([...last.read, ...page.read].reduce((most, event) => (event.version > most ? event.version : most), 0n));
+  const items = page.events.map((logged) => historyItem<K>(logged.event, Number(logged.version)));
+  return { total, page: request.page, size: request.size, items };
+}
+
+/** The history page out of the whole stream, numbering the service's own events only. */
+async function wholeHistory<K extends RecordKind>(
   store: EventStore,
   kind: K,
   id: string,
@@ -62,34 +99,30 @@ export async function recordHistory<K extends RecordKind>(
   return { total: events.length, page: request.page, size: request.size, items };
 }
 
-/** A record's state at `asOf`, folded with the write side's own evolve from the events up to then. */
-function stateAt<State>(
-  events: Envelope[],
-  asOf: Timestamp,
-  decider: { initialState: State; evolve: (state: State, event: never) => State },
-): State {
-  return events
-    .filter((event) => event.metadata.occurred_at <= asOf)
-    .reduce((current, event) => decider.evolve(current, event as never), decider.initialState);
-}
-
-/** The workspace as it was at `asOf`; 404 if it did not exist then. */
+/** The workspace as it was at `asOf`, from the latest snapshot at or before it; 404 if it did not exist then. */
 export async function workspaceAsOf(
   store: EventStore,
   id: string,
   organizations: ReadonlySet<string>,
   asOf: Timestamp,
+  snapshots?: SnapshotStore,
 ): Promise<Workspace> {
-  const state = stateAt(await accessibleEvents(store, 'workspace', id, organizations), asOf, workspaceDecider);
-  if (state.status !== 'active') throw notFound('workspace');
+  const { state } = await loadRecord(store, workspaceStream(id), workspaceDecider, { snapshots, until: asOf });
+  if (state.status !== 'active' || !organizations.has(state.workspace.organization_id)) throw notFound('workspace');
   return state.workspace;
 }
 
 /** The solution as it was at `asOf`: it existed then, and so did its workspace (a cascade can trail the deletion). */
-export async function solutionAsOf(store: EventStore, id: string, organizations: ReadonlySet<string>, asOf: Timestamp): Promise<Solution> {
-  const state = stateAt(await accessibleEvents(store, 'solution', id, organizations), asOf, solutionDecider);
-  if (state.status !== 'active') throw notFound('solution');
-  const workspaceEvents = (await readRecord(store, workspaceStream(state.solution.workspace_id))).events.map((logged) => logged.event);
-  if (stateAt(workspaceEvents, asOf, workspaceDecider).status !== 'active') throw notFound('solution');
+export async function solutionAsOf(
+  store: EventStore,
+  id: string,
+  organizations: ReadonlySet<string>,
+  asOf: Timestamp,
+  snapshots?: SnapshotStore,
+): Promise<Solution> {
+  const { state } = await loadRecord(store, solutionStream(id), solutionDecider, { snapshots, until: asOf });
+  if (state.status !== 'active' || !organizations.has(state.solution.organization_id)) throw notFound('solution');
+  const workspace = await loadRecord(store, workspaceStream(state.solution.workspace_id), workspaceDecider, { snapshots, until: asOf });
+  if (workspace.state.status !== 'active') throw notFound('solution');
   return state.solution;
 }

@@ -1,7 +1,15 @@
 import type { Logger } from 'pino';
 import type { Envelope } from '../domain/events.js';
 import { readStoredEvent, type ForeignReason } from '../domain/upcast.js';
-import { encodePosition, type EventStore, type GlobalPosition, type RecordedEvent } from './port.js';
+import {
+  emptyStreamHead,
+  encodePosition,
+  type EventStore,
+  type GlobalPosition,
+  type RecordedEvent,
+  type StreamHead,
+  type StreamRange,
+} from './port.js';
 
 /**
  * The one reader of the log in domain terms: every consumer (command handling, the cascade, the
@@ -134,6 +142,28 @@ export async function readRecord(store: EventStore, streamName: string): Promise
   const { events, unreadable } = ownEvents(store, recorded, noneSkipped);
   if (unreadable) throw unreadable;
   return { events, version: recorded[recorded.length - 1]?.version ?? 0n };
+}
+
+/**
+ * The service's events among a range of one stream's (src/eventstore/port.ts, StreamRange), in
+ * the read's order; `leftOut` counts the foreign ones among them, left out. Throws on an event
+ * this version cannot read, as readRecord does.
+ */
+export async function readRecordRange(
+  store: EventStore,
+  streamName: string,
+  range: StreamRange,
+): Promise<{ events: LoggedEvent[]; read: RecordedEvent[]; leftOut: number }> {
+  const recorded = await store.readStream(streamName, range);
+  const { events, unreadable } = ownEvents(store, recorded, noneSkipped);
+  if (unreadable) throw unreadable;
+  return { events, read: recorded, leftOut: recorded.length - events.length };
+}
+
+/** Where the stream stands now (its last event, read alone): what the next append expects. */
+export async function readStreamHead(store: EventStore, streamName: string): Promise<StreamHead> {
+  const [last] = await store.readStream(streamName, { direction: 'backwards', limit: 1 });
+  return last ? { version: last.version } : emptyStreamHead;
 }
 
 export type Page = {

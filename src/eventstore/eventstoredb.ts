@@ -5,6 +5,7 @@ import {
   DeadlineExceededError,
   END,
   EventStoreDBClient,
+  FORWARDS,
   isCommandError,
   jsonEvent,
   NO_STREAM,
@@ -36,6 +37,7 @@ import {
   type GlobalPosition,
   type NewEvent,
   type RecordedEvent,
+  type StreamRange,
 } from './port.js';
 import { isServiceStream, streamPrefixes } from './stream-names.js';
 
@@ -162,8 +164,8 @@ export class EventStoreDBEventStore implements EventStore {
     }
   }
 
-  async readStream(streamName: string): Promise<RecordedEvent[]> {
-    const events = await this.readWholeStream(streamName);
+  async readStream(streamName: string, range: StreamRange = {}): Promise<RecordedEvent[]> {
+    const events = await this.readStreamRange(streamName, range);
     // Positions are absent only on servers older than 22.6; history and folds do not use them.
     return events.map((event) => toRecordedEvent(event, toGlobal(event.position) ?? startOfLog));
   }
@@ -272,14 +274,22 @@ export class EventStoreDBEventStore implements EventStore {
   }
 
   /**
-   * Every event of one stream; an unknown stream is empty. From the leader only: after an election
-   * a follower may not have a command's latest events yet (NotLeaderError makes the client
-   * reconnect to the new leader).
+   * The events of one stream in `range`; an unknown stream is empty. From the leader only: after
+   * an election a follower may not have a command's latest events yet (NotLeaderError makes the
+   * client reconnect to the new leader). Revisions are 0-based: version v is revision v - 1.
    */
-  private async readWholeStream(streamName: string): Promise<StoredEvent[]> {
+  private async readStreamRange(streamName: string, range: StreamRange): Promise<StoredEvent[]> {
+    const backwards = range.direction === 'backwards';
+    const fromRevision = range.from === undefined ? (backwards ? END : START) : range.from - 1n;
+    if ((typeof fromRevision === 'bigint' && fromRevision < 0n) || range.limit === 0) return [];
     try {
       const read = await this.collect('read stream', this.commandTimeoutMs, () =>
-        this.client.readStream(streamName, { requiresLeader: true }),
+        this.client.readStream(streamName, {
+          requiresLeader: true,
+          fromRevision,
+          direction: backwards ? BACKWARDS : FORWARDS,
+          ...(range.limit === undefined ? {} : { maxCount: range.limit }),
+        }),
       );
       return read.flatMap((resolved) => (resolved.event ? [resolved.event] : []));
     } catch (error) {

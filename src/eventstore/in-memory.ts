@@ -6,6 +6,7 @@ import {
   type GlobalPosition,
   type NewEvent,
   type RecordedEvent,
+  type StreamRange,
 } from './port.js';
 
 /**
@@ -37,8 +38,15 @@ export class InMemoryEventStore implements EventStore {
     return { version: expectedVersion + BigInt(events.length), position: recorded.at(-1)?.position ?? { commit: 0n, prepare: 0n } };
   }
 
-  async readStream(streamName: string): Promise<RecordedEvent[]> {
-    return [...(this.streams.get(streamName) ?? [])];
+  async readStream(streamName: string, range: StreamRange = {}): Promise<RecordedEvent[]> {
+    const stream = this.streams.get(streamName) ?? [];
+    const limit = range.limit ?? stream.length;
+    if (range.direction === 'backwards') {
+      const end = range.from === undefined ? stream.length : Math.min(Number(range.from), stream.length);
+      return stream.slice(Math.max(0, end - limit), end).reverse();
+    }
+    const start = Math.max(0, Number(range.from ?? 1n) - 1);
+    return stream.slice(start, start + limit);
   }
 
   async readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {

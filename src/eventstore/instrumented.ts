@@ -8,6 +8,7 @@ import {
   type NewEvent,
   type RecordedEvent,
   type StreamOrderedLog,
+  type StreamRange,
 } from './port.js';
 
 type CallName = 'append' | 'read_stream' | 'read_all' | 'read_log_by_stream' | 'read_last_position' | 'ping';
@@ -38,8 +39,8 @@ export class InstrumentedEventStore implements EventStore {
     );
   }
 
-  readStream(streamName: string): Promise<RecordedEvent[]> {
-    return this.observe('read_stream', { 'wsapi.stream': streamName }, () => this.store.readStream(streamName));
+  readStream(streamName: string, range?: StreamRange): Promise<RecordedEvent[]> {
+    return this.observe('read_stream', { 'wsapi.stream': streamName }, () => this.store.readStream(streamName, range));
   }
 
   readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {

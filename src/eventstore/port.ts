@@ -44,6 +44,22 @@ export type RecordedEvent = {
   position: GlobalPosition;
 };
 
+/**
+ * Where a stream stands: the version its next append expects. One small value, so that whatever
+ * else a writer must know of the stream's end (such as its last event's hash) can join it.
+ */
+export type StreamHead = Readonly<{ version: bigint }>;
+
+/** A stream that does not exist yet. */
+export const emptyStreamHead: StreamHead = Object.freeze({ version: 0n });
+
+/**
+ * Which of a stream's events a read returns. Forwards (the default): from version `from`
+ * (1-based, inclusive; default 1) towards the last. Backwards: from `from` (default the last)
+ * towards the first, newest first. At most `limit` events (default all).
+ */
+export type StreamRange = Readonly<{ from?: bigint; limit?: number; direction?: 'forwards' | 'backwards' }>;
+
 export type AppendResult = {
   /** The stream's version after the append: the number of events it holds. */
   version: bigint;
@@ -100,8 +116,12 @@ export interface EventStore {
    * at that version, in which case it answers as the first append did.
    */
   append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult>;
-  /** All events of one stream, oldest first; an unknown stream is empty. */
-  readStream(streamName: string): Promise<RecordedEvent[]>;
+  /**
+   * Events of one stream in `range` (all of them, oldest first, without one), read in the range's
+   * direction; an unknown stream, or a range past its end, is empty. Costs what the range holds,
+   * not what the stream holds.
+   */
+  readStream(streamName: string, range?: StreamRange): Promise<RecordedEvent[]>;
   /**
    * Events after `after` in global order, at most `limit`. Never skips an event that commits later.
    * Only the service's streams (src/eventstore/stream-names.ts): an adapter leaves out everything

@@ -8,6 +8,7 @@ import {
   type NewEvent,
   type RecordedEvent,
   type StreamOrderedLog,
+  type StreamRange,
 } from './port.js';
 import { readLogByStream } from './postgres-stream-order.js';
 
@@ -161,9 +162,33 @@ export class PostgresEventStore implements EventStore {
     }
   }
 
-  async readStream(streamName: string): Promise<RecordedEvent[]> {
+  async readStream(streamName: string, range: StreamRange = {}): Promise<RecordedEvent[]> {
+    // Versions run without gaps, so the range is bounded on both sides: whatever plan PostgreSQL
+    // picks (a bitmap scan and a sort, with stale statistics), it visits only the range's rows.
+    // The last version comes from the primary key's end (max() reads one index entry). LIMIT
+    // NULL: no limit; 2^62 stands for "no bound" without overflowing.
+    const backwards = range.direction === 'backwards';
+    const from = range.from?.toString() ?? null;
+    const limit = range.limit ?? null;
     const { rows } = await this.guard(() =>
-      this.pool.query<EventRow>(named(`SELECT ${eventColumns} FROM es_events WHERE stream_name = $1 ORDER BY version`, [streamName])),
+      this.pool.query<EventRow>(
+        backwards
+          ? named(
+              `WITH top AS (SELECT coalesce($2::bigint, (SELECT max(version) FROM es_events WHERE stream_name = $1)) AS last_version)
+               SELECT ${eventColumns} FROM es_events, top
+               WHERE stream_name = $1 AND version <= top.last_version
+                 AND version > top.last_version - coalesce($3::bigint, 4611686018427387904)
+               ORDER BY version DESC LIMIT $3`,
+              [streamName, from, limit],
+            )
+          : named(
+              `SELECT ${eventColumns} FROM es_events
+               WHERE stream_name = $1 AND version >= coalesce($2::bigint, 1)
+                 AND version < coalesce($2::bigint, 1) + coalesce($3::bigint, 4611686018427387904)
+               ORDER BY version LIMIT $3`,
+              [streamName, from, limit],
+            ),
+      ),
     );
     return rows.map(toRecordedEvent);
   }

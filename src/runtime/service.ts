@@ -27,6 +27,7 @@ import { openStores } from './stores.js';
 import { CascadeWorker } from '../write/cascade.js';
 import type { CommandObserver } from '../write/execute.js';
 import { CommandHandlers } from '../write/handlers.js';
+import { PostgresSnapshots } from '../write/snapshots.js';
 
 /** Generated ids: nanoid's alphabet and length (21), as contract §4 says. */
 const nanoid = customAlphabet('0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-', 21);
@@ -102,6 +103,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     // Appends wake this process's projector directly; other instances hear of them only while theirs is active.
     if (stores.store instanceof PostgresEventStore) stores.store.readLocally(() => projector.isActive);
 
+    const snapshots = new PostgresSnapshots(pool, logger);
     const commands = new CommandHandlers({
       store,
       cascade,
@@ -121,12 +123,14 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       projectionWaitMs: config.projectionWaitMs,
       logger,
       observer,
+      recordQueueLimit: config.recordQueueLimit,
+      snapshots,
     });
 
     const queries: Queries = {
       getWorkspace: (id, organizations) => getWorkspace(pool, id, organizations),
-      workspaceAsOf: (id, organizations, asOf) => workspaceAsOf(store, id, organizations, asOf),
-      solutionAsOf: (id, organizations, asOf) => solutionAsOf(store, id, organizations, asOf),
+      workspaceAsOf: (id, organizations, asOf) => workspaceAsOf(store, id, organizations, asOf, snapshots),
+      solutionAsOf: (id, organizations, asOf) => solutionAsOf(store, id, organizations, asOf, snapshots),
       history: (kind, id, organizations, page) => recordHistory(store, kind, id, organizations, page),
       listWorkspaces: (organizations, page) => listWorkspaces(pool, organizations, page),
       getSolution: (id, organizations) => getSolution(pool, id, organizations),

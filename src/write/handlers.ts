@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { notFound, ServiceError } from '../errors.js';
+import { notFound, RetryLater, ServiceError } from '../errors.js';
 import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { CascadeWorker } from './cascade.js';
@@ -8,7 +8,9 @@ import { solutionDecider, workspaceDecider, type Decider } from '../domain/decid
 import { CreationOrder } from './creation-order.js';
 import { RecentStates } from './recent-states.js';
 import type { DomainEvent } from '../domain/events.js';
-import { execute, loadState, timed, type CommandObserver, type Outcome } from './execute.js';
+import { loadState, runGroup, timed, type CommandJob, type CommandObserver, type Outcome } from './execute.js';
+import { RecordQueueFull, RecordQueues } from './record-queue.js';
+import type { SnapshotStore } from './snapshots.js';
 import type { JsonObject } from '../domain/merge-patch.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
@@ -44,7 +46,19 @@ export type CommandHandlerDeps = {
   logger: Logger;
   /** Told of each version conflict a command runs into and of each step's duration (metrics). */
   observer?: CommandObserver;
+  /** Commands that may wait their turn on one record (RECORD_QUEUE_LIMIT, contract §7). */
+  recordQueueLimit: number;
+  /** Where records' snapshots are kept; without, a record not in memory is read from its first event. */
+  snapshots?: SnapshotStore;
 };
+
+type QueuedJob = CommandJob<unknown, unknown, DomainEvent>;
+
+/** The most commands of one record decided and appended together. */
+const maxCommandsPerGroup = 64;
+
+/** What a command refused for a full queue is told to wait: a group takes milliseconds, so the queue has moved on by then. */
+const queueFullRetryAfterSeconds = 1;
 
 export type CreateWorkspaceParams = {
   organization_id: string;
@@ -94,8 +108,16 @@ class WaitBudget {
 export class CommandHandlers {
   private readonly creationOrder = new CreationOrder();
   private readonly recent = new RecentStates();
+  private readonly queues: RecordQueues<QueuedJob>;
 
-  constructor(private readonly deps: CommandHandlerDeps) {}
+  constructor(private readonly deps: CommandHandlerDeps) {
+    this.queues = new RecordQueues<QueuedJob>({
+      limit: deps.recordQueueLimit,
+      maxGroup: maxCommandsPerGroup,
+      runGroup: (streamName, jobs) =>
+        runGroup(deps.store, streamName, jobs, { observer: deps.observer, recent: this.recent, snapshots: deps.snapshots }),
+    });
+  }
 
   async createWorkspace(params: CreateWorkspaceParams, caller: Caller): Promise<Workspace> {
     if (!caller.organizations.has(params.organization_id)) {
@@ -115,33 +137,19 @@ export class CommandHandlers {
   }
 
   async updateWorkspace(params: UpdateWorkspaceParams, caller: Caller): Promise<Workspace> {
-    const outcome = await execute(
-      this.deps.store,
-      workspaceStream(params.id),
-      workspaceDecider,
-      caller,
-      (state) => {
-        if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
-        return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
-      },
-      { observer: this.deps.observer, recent: this.recent },
-    );
+    const outcome = await this.submit(workspaceStream(params.id), workspaceDecider, caller, (state) => {
+      if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
+      return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
+    });
     await this.awaitProjection(caller, outcome.position);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
   }
 
   async deleteWorkspace(id: string, caller: Caller): Promise<{ id: string }> {
-    const outcome = await execute(
-      this.deps.store,
-      workspaceStream(id),
-      workspaceDecider,
-      caller,
-      (state) => {
-        if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
-        return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
-      },
-      { observer: this.deps.observer, recent: this.recent },
-    );
+    const outcome = await this.submit(workspaceStream(id), workspaceDecider, caller, (state) => {
+      if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
+      return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
+    });
     await this.awaitProjection(caller, outcome.position);
     // The solutions are already hidden; their own deletion events are written before answering,
     // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
@@ -171,17 +179,10 @@ export class CommandHandlers {
   }
 
   async updateSolution(params: UpdateSolutionParams, caller: Caller): Promise<Solution> {
-    const outcome = await execute(
-      this.deps.store,
-      solutionStream(params.id),
-      solutionDecider,
-      caller,
-      async (state) => {
-        if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
-        return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
-      },
-      { observer: this.deps.observer, recent: this.recent },
-    );
+    const outcome = await this.submit(solutionStream(params.id), solutionDecider, caller, async (state) => {
+      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+      return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
+    });
     await this.awaitProjection(caller, outcome.position);
     const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
     await this.ensureParentSurvived(solution.workspace_id, 'solution');
@@ -189,17 +190,10 @@ export class CommandHandlers {
   }
 
   async deleteSolution(id: string, caller: Caller): Promise<{ id: string }> {
-    const outcome = await execute(
-      this.deps.store,
-      solutionStream(id),
-      solutionDecider,
-      caller,
-      async (state) => {
-        if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
-        return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
-      },
-      { observer: this.deps.observer, recent: this.recent },
-    );
+    const outcome = await this.submit(solutionStream(id), solutionDecider, caller, async (state) => {
+      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+      return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
+    });
     await this.awaitProjection(caller, outcome.position);
     return { id };
   }
@@ -211,13 +205,15 @@ export class CommandHandlers {
    * and the cascade removes the solution if the workspace did go.
    */
   private async ensureParentSurvived(workspaceId: string, what: string): Promise<void> {
-    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider).catch((error: unknown) => {
-      this.deps.logger.warn(
-        { err: (error as Error).message, workspaceId },
-        'could not check the workspace after a stored change; answering it as done',
-      );
-      return undefined;
-    });
+    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider, this.deps.snapshots).catch(
+      (error: unknown) => {
+        this.deps.logger.warn(
+          { err: (error as Error).message, workspaceId },
+          'could not check the workspace after a stored change; answering it as done',
+        );
+        return undefined;
+      },
+    );
     if (!parent || parent.state.status === 'active') return;
     await this.deps.cascade.drainWorkspace(workspaceId).catch(() => this.deps.cascade.drainAll());
     throw notFound(what);
@@ -225,7 +221,7 @@ export class CommandHandlers {
 
   /** The workspace if it is active and the caller may access it; otherwise `what` is not found. */
   private async activeWorkspace(workspaceId: string, caller: Caller, what = 'workspace'): Promise<Workspace> {
-    const { state } = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider);
+    const { state } = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider, this.deps.snapshots);
     if (state.status !== 'active' || !caller.organizations.has(state.workspace.organization_id)) throw notFound(what);
     return state.workspace;
   }
@@ -242,11 +238,7 @@ export class CommandHandlers {
   ): Promise<Outcome<State>> {
     const context = this.context(caller);
     // Without an Idempotency-Key the record's id is newly generated, and so is its stream.
-    const appending = execute(this.deps.store, streamName, decider, caller, () => command(context), {
-      observer: this.deps.observer,
-      recent: this.recent,
-      newStream: caller.commandId === undefined,
-    });
+    const appending = this.submit(streamName, decider, caller, () => command(context), caller.commandId === undefined);
     const untrack = this.creationOrder.track(
       context.now,
       appending.then((outcome) => outcome.position),
@@ -262,6 +254,29 @@ export class CommandHandlers {
     } finally {
       untrack();
     }
+  }
+
+  /**
+   * Queues a command behind the others on its record (src/write/record-queue.ts): decided in its
+   * turn, appended with those queued beside it. Refused with 429 when the record's queue is full.
+   */
+  private submit<Command, State, Event extends DomainEvent>(
+    streamName: string,
+    decider: Decider<Command, State, Event>,
+    caller: Caller,
+    commandFor: (state: State) => Command | Promise<Command>,
+    newStream = false,
+  ): Promise<Outcome<State>> {
+    return new Promise<Outcome<State>>((resolve, reject) => {
+      const job: CommandJob<Command, State, Event> = { decider, request: caller, commandFor, newStream, resolve, fail: reject };
+      try {
+        // The queue holds jobs of every kind of record; a group is one stream's, so of one kind.
+        this.queues.enqueue(streamName, job as unknown as QueuedJob);
+      } catch (error) {
+        if (!(error instanceof RecordQueueFull)) throw error;
+        reject(new RetryLater(`too many changes of this record are waiting (${error.waiting}); retry later`, queueFullRetryAfterSeconds));
+      }
+    });
   }
 
   private context(caller: Caller): CommandContext {

@@ -1,5 +1,7 @@
+import type { StreamHead } from '../eventstore/port.js';
+
 /**
- * The state and version this instance last left each recently written stream in, so that the next
+ * The state and stream head this instance last left each recently written stream in, so that the next
  * command on it can decide without reading the stream first. It is only a guess: the append still
  * expects that version, so a stream that moved on elsewhere refuses it, and the command reads the
  * stream and decides again.
@@ -24,16 +26,16 @@ export class RecentStates {
     this.arena = Buffer.allocUnsafeSlow(maxBytes);
   }
 
-  get<State>(streamName: string): { version: bigint; state: State } | undefined {
+  get<State>(streamName: string): { head: StreamHead; state: State } | undefined {
     const at = this.index.get(streamName);
     if (at === undefined) return undefined;
     const nameBytes = this.arena.readUInt16BE(at);
     const jsonStart = at + recordHeaderBytes + nameBytes;
     const json = this.arena.toString('utf8', jsonStart, jsonStart + this.arena.readUInt32BE(at + 2));
-    return { version: this.arena.readBigUInt64BE(at + 6), state: JSON.parse(json) as State };
+    return { head: { version: this.arena.readBigUInt64BE(at + 6) }, state: JSON.parse(json) as State };
   }
 
-  set(streamName: string, version: bigint, state: unknown): void {
+  set(streamName: string, head: StreamHead, state: unknown): void {
     this.forget(streamName);
     const json = JSON.stringify(state);
     const nameBytes = Buffer.byteLength(streamName);
@@ -44,7 +46,7 @@ export class RecentStates {
     const at = this.roomFor(size);
     this.arena.writeUInt16BE(nameBytes, at);
     this.arena.writeUInt32BE(size - recordHeaderBytes - nameBytes, at + 2);
-    this.arena.writeBigUInt64BE(version, at + 6);
+    this.arena.writeBigUInt64BE(head.version, at + 6);
     this.arena.write(streamName, at + recordHeaderBytes);
     this.arena.write(json, at + recordHeaderBytes + nameBytes);
     this.head = at + size;

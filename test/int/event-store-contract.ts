@@ -116,6 +116,34 @@ export function eventStoreContract(open: () => Promise<StoreUnderTest>): void {
 
   it('reads an unknown stream as empty', async () => {
     expect(await store().readStream(stream(`unknown-${randomUUID()}`))).toEqual([]);
+    expect(await store().readStream(stream(`unknown-${randomUUID()}`), { direction: 'backwards', limit: 1 })).toEqual([]);
+  });
+
+  it('reads a range of a stream: from a version on, at most n events, or backwards from the last or a version', async () => {
+    const name = stream('ranges');
+    const appended = Array.from({ length: 7 }, (_, index) =>
+      newEvent(index === 0 ? 'WorkspaceCreated' : 'WorkspaceUpdated', { n: index + 1 }),
+    );
+    await store().append(name, 0n, appended.slice(0, 4));
+    await store().append(name, 4n, appended.slice(4));
+    const versions = async (range: Parameters<EventStore['readStream']>[1]) =>
+      (await store().readStream(name, range)).map((event) => Number(event.version));
+
+    expect(await versions({ from: 3n })).toEqual([3, 4, 5, 6, 7]);
+    expect(await versions({ from: 3n, limit: 2 })).toEqual([3, 4]);
+    expect(await versions({ limit: 3 })).toEqual([1, 2, 3]);
+    expect(await versions({ from: 7n })).toEqual([7]);
+    expect(await versions({ from: 8n })).toEqual([]);
+    expect(await versions({ from: 6n, limit: 10 })).toEqual([6, 7]);
+    expect(await versions({ direction: 'backwards', limit: 1 })).toEqual([7]);
+    expect(await versions({ direction: 'backwards', limit: 3 })).toEqual([7, 6, 5]);
+    expect(await versions({ direction: 'backwards', from: 4n, limit: 2 })).toEqual([4, 3]);
+    expect(await versions({ direction: 'backwards', from: 2n })).toEqual([2, 1]);
+    expect(await versions({ from: 2n, limit: 0 })).toEqual([]);
+    // A range holds the same events as the whole read: ids, data and positions alike.
+    const whole = await store().readStream(name);
+    expect(await store().readStream(name, { from: 5n, limit: 2 })).toEqual(whole.slice(4, 6));
+    expect(await store().readStream(name, { direction: 'backwards', limit: 2 })).toEqual(whole.slice(5).reverse());
   });
 
   it('reports the global position of the last appended event, as readAll and readStream give it', async () => {

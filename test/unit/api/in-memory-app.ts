@@ -25,7 +25,9 @@ export type InMemoryApp = {
  * The app for `app.inject`, on the in-memory event store: no database, no port. Commands run for
  * real and answer without waiting for a projection; reads answer from `queries` (none by default).
  */
-export async function startInMemoryApp(options: { queries?: Partial<Queries>; bodyLimitBytes?: number } = {}): Promise<InMemoryApp> {
+export async function startInMemoryApp(
+  options: { queries?: Partial<Queries>; bodyLimitBytes?: number; recordQueueLimit?: number } = {},
+): Promise<InMemoryApp> {
   const logger = pino({ level: 'silent' });
   // Never connected: nothing the unit tests send needs idempotency keys or the cascade's table.
   const unusedPool = new pg.Pool({ connectionString: 'postgresql://unused@127.0.0.1:1/unused' });
@@ -39,6 +41,7 @@ export async function startInMemoryApp(options: { queries?: Partial<Queries>; bo
     awaitProjection: async () => undefined,
     projectionWaitMs: 1000,
     logger,
+    recordQueueLimit: options.recordQueueLimit ?? 256,
   });
   const app = await buildApp({
     services: {

@@ -1,0 +1,297 @@
+/**
+ * A hot record (issue 21): one workspace with many events against one with a single event, on one
+ * service instance, side by side: keyed update_workspace, a history page, get_workspace with
+ * as_of in the middle of the history, and twenty concurrent writers of the one record (updates/s,
+ * p50/p99, non-200 answers), with get_workspace on other records meanwhile against idle.
+ *
+ * The long history is appended through the service's own event-store adapter (WorkspaceUpdated
+ * events decided by the real decider, 1,000 to an append), then projected by the service; its
+ * snapshots are made by the first reads that pass them, which the warm-up does.
+ *
+ * Part of `npm run bench` (bench/side-by-side.ts runs it last, on its service); alone:
+ *
+ *   npm run bench:hot-record -- [--events 100000] [--seconds 5] [--keep]
+ */
+import http from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import { pino } from 'pino';
+import { mintToken } from '../src/api/tokens.js';
+import { parseConfig } from '../src/config.js';
+import { workspaceDecider } from '../src/domain/deciders.js';
+import { fromMicros, toMicros } from '../src/domain/timestamp.js';
+import { workspaceStream } from '../src/eventstore/stream-names.js';
+import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
+import { openStores } from '../src/runtime/stores.js';
+import { loadState } from '../src/write/execute.js';
+import { startServiceProcess } from '../test/support/service-process.js';
+import { testSecret } from '../test/support/secret.js';
+import { databaseUrl as databaseUrlOn } from './databases.js';
+import { percentile } from './statistics.js';
+
+const organization = 'org_bench_hot';
+const writers = 20;
+
+type Service = { url: string; token: string };
+type Answer = { status: number; text: string; ms: number };
+
+const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
+
+function post(service: Service, query: string, params: unknown, headers: Record<string, string> = {}): Promise<Answer> {
+  const body = JSON.stringify({ query, params });
+  const sent = performance.now();
+  return new Promise((resolve, reject) => {
+    const request = http.request(
+      `${service.url}/api`,
+      {
+        method: 'POST',
+        agent,
+        headers: {
+          'content-type': 'application/json',
+          authorization: `Bearer ${service.token}`,
+          'content-length': Buffer.byteLength(body),
+          ...headers,
+        },
+      },
+      (response) => {
+        let text = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (text += chunk));
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, text, ms: performance.now() - sent }));
+      },
+    );
+    request.on('error', reject);
+    request.end(body);
+  });
+}
+
+async function ok<T>(service: Service, query: string, params: unknown): Promise<T> {
+  const answer = await post(service, query, params);
+  if (answer.status !== 200) throw new Error(`${query} answered ${answer.status}: ${answer.text}`);
+  return (JSON.parse(answer.text) as { data: T }).data;
+}
+
+type Workspace = { id: string; name: string; created_at: string; updated_at: string };
+
+/** Appends `count - 1` updates to a new workspace through the adapter, 1,000 to an append; resolves with it once projected. */
+async function seedHotRecord(service: Service, databaseUrl: string, count: number): Promise<Workspace> {
+  const created = await ok<Workspace>(service, 'create_workspace', { organization_id: organization, name: 'hot' });
+  const logger = pino({ level: 'warn' });
+  const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl }, 'tool'), logger, { poolSize: 2, listen: false });
+  try {
+    const streamName = workspaceStream(created.id);
+    let { state, head } = await loadState(stores.store, streamName, workspaceDecider);
+    for (let seeded = 1; seeded < count;) {
+      const events = [];
+      for (; seeded < count && events.length < 1000; seeded++) {
+        // `now` stays at the creation: each update then occurs 1 µs after the one before.
+        const context = { actor: 'bench', requestId: `seed-${seeded}`, now: created.created_at };
+        const [event] = workspaceDecider.decide(
+          { type: 'UpdateWorkspace', id: created.id, name: `hot ${seeded}`, attributes: { n: seeded }, context },
+          state,
+        );
+        state = workspaceDecider.evolve(state, event!);
+        events.push({ id: crypto.randomUUID(), type: event!.type, data: event!.data, metadata: event!.metadata });
+      }
+      await stores.store.append(streamName, head.version, events);
+      head = { version: head.version + BigInt(events.length) };
+    }
+  } finally {
+    await stores.close();
+  }
+  const lastName = `hot ${count - 1}`;
+  for (let waited = 0; ; waited += 200) {
+    const projected = await ok<Workspace>(service, 'get_workspace', { id: created.id });
+    if (projected.name === lastName || count === 1) return projected;
+    if (waited > 600_000) throw new Error('the seeded history was not projected within 10 minutes');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+/** `times` requests one after another; their latencies. */
+async function sequential(times: number, send: (index: number) => Promise<Answer>): Promise<number[]> {
+  const latencies: number[] = [];
+  for (let index = 0; index < times; index++) {
+    const answer = await send(index);
+    if (answer.status !== 200) throw new Error(`answered ${answer.status}: ${answer.text}`);
+    latencies.push(answer.ms);
+  }
+  return latencies;
+}
+
+type Storm = { perSecond: number; latencies: number[]; failures: number; statuses: Set<number> };
+
+/** `writers` connections updating `id` for `ms`, each adding attribute keys of its own. */
+async function storm(service: Service, id: string, ms: number): Promise<Storm> {
+  const latencies: number[] = [];
+  const statuses = new Set<number>();
+  let failures = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: writers }, async (_, writer) => {
+      for (let n = 0; performance.now() - started < ms; n++) {
+        const answer = await post(service, 'update_workspace', { id, name: `writer ${writer}`, attributes: { [`w${writer}`]: n } });
+        latencies.push(answer.ms);
+        if (answer.status !== 200) {
+          failures += 1;
+          statuses.add(answer.status);
+        }
+      }
+    }),
+  );
+  return { perSecond: (latencies.length * 1000) / (performance.now() - started), latencies, failures, statuses };
+}
+
+/** get_workspace on `ids` in turn from one connection until `done`; its latencies. */
+async function readOthers(service: Service, ids: string[], done: () => boolean): Promise<number[]> {
+  const latencies: number[] = [];
+  for (let index = 0; !done(); index++) {
+    const answer = await post(service, 'get_workspace', { id: ids[index % ids.length] });
+    if (answer.status !== 200) throw new Error(`get_workspace answered ${answer.status}`);
+    latencies.push(answer.ms);
+  }
+  return latencies;
+}
+
+const p50 = (values: number[]) => percentile(values, 50);
+const fixed = (value: number, digits = 2) => value.toFixed(digits);
+
+/** Runs the scenario against a running service on `databaseUrl` (events in PostgreSQL) and prints its table. */
+export async function hotRecordScenario(options: { url: string; databaseUrl: string; events: number; seconds: number }): Promise<void> {
+  try {
+    await runScenario(options);
+  } finally {
+    agent.destroy();
+  }
+}
+
+async function runScenario(options: { url: string; databaseUrl: string; events: number; seconds: number }): Promise<void> {
+  const token = await mintToken(testSecret, { subject: 'bench-hot', organizations: [organization], expiresIn: '2h' });
+  const service: Service = { url: options.url, token };
+  const seedStarted = performance.now();
+  const hot = await seedHotRecord(service, options.databaseUrl, options.events);
+  const seededIn = (performance.now() - seedStarted) / 1000;
+  const fresh = await ok<Workspace>(service, 'create_workspace', { organization_id: organization, name: 'new' });
+  const others = await Promise.all(
+    Array.from({ length: 20 }, (_, n) => ok<Workspace>(service, 'create_workspace', { organization_id: organization, name: `other ${n}` })),
+  );
+  const middle = fromMicros(toMicros(hot.created_at) + BigInt(Math.floor(options.events / 2)));
+  const lastPage = Math.max(1, Math.ceil(options.events / 100));
+  const requests = 200;
+  const keyedRequests = 20;
+
+  const keyed = (id: string) => (index: number) =>
+    post(service, 'update_workspace', { id, name: `keyed ${index}` }, { 'idempotency-key': `${id}-${Date.now()}-${index}` });
+  const history = (id: string, page: number) => () => post(service, 'get_workspace_history', { id, page, size: 100 });
+  const asOf = (id: string, at: string) => () => post(service, 'get_workspace', { id, as_of: at });
+
+  // Warm-up, not counted: the first reads of the long history make its snapshots, the first update
+  // reads the events its instance has not seen (appended by the seeding).
+  for (const id of [hot.id, fresh.id]) await sequential(3, keyed(id));
+  await sequential(5, asOf(hot.id, middle));
+  await sequential(5, history(hot.id, lastPage));
+
+  const rows: [string, number, number][] = [];
+  // Fewer keyed updates: on the long record each still reads the whole stream (README, known limits).
+  rows.push([
+    'keyed update_workspace, p50 ms',
+    p50(await sequential(keyedRequests, keyed(fresh.id))),
+    p50(await sequential(keyedRequests, keyed(hot.id))),
+  ]);
+  rows.push([
+    `history page ${lastPage} (size 100) vs page 1, p50 ms`,
+    p50(await sequential(requests, history(hot.id, 1))),
+    p50(await sequential(requests, history(hot.id, lastPage))),
+  ]);
+  rows.push([
+    'get_workspace as_of (middle), p50 ms',
+    p50(await sequential(requests, asOf(fresh.id, fresh.created_at))),
+    p50(await sequential(requests, asOf(hot.id, middle))),
+  ]);
+
+  const idle = await (async () => {
+    const until = performance.now() + options.seconds * 1000;
+    return readOthers(
+      service,
+      others.map((other) => other.id),
+      () => performance.now() > until,
+    );
+  })();
+  const storms: Storm[] = [];
+  const duringStorms: number[][] = [];
+  for (const id of [fresh.id, hot.id]) {
+    let stormDone = false;
+    const reading = readOthers(
+      service,
+      others.map((other) => other.id),
+      () => stormDone,
+    );
+    storms.push(await storm(service, id, options.seconds * 1000));
+    stormDone = true;
+    duringStorms.push(await reading);
+  }
+
+  const left = 'hot record'.padEnd(48);
+  console.log(
+    `hot record: ${options.events.toLocaleString('en-US')} events (seeded and projected in ${fixed(seededIn, 1)} s) against a 1-event record, one instance`,
+  );
+  console.log(`${left}${'1-event'.padStart(12)}${`${options.events}-event`.padStart(14)}${'ratio'.padStart(9)}`);
+  for (const [name, small, large] of rows) {
+    console.log(`${name.padEnd(48)}${fixed(small).padStart(12)}${fixed(large).padStart(14)}${`${fixed(large / small)}x`.padStart(9)}`);
+  }
+  const [small, large] = storms as [Storm, Storm];
+  console.log(
+    `${`${writers} concurrent writers, updates/s`.padEnd(48)}${fixed(small.perSecond, 0).padStart(12)}${fixed(large.perSecond, 0).padStart(14)}${`${fixed(large.perSecond / small.perSecond)}x`.padStart(9)}`,
+  );
+  for (const [label, q] of [
+    ['p50', 50],
+    ['p99', 99],
+  ] as const) {
+    const a = percentile(small.latencies, q);
+    const b = percentile(large.latencies, q);
+    console.log(`${`  their ${label} ms`.padEnd(48)}${fixed(a).padStart(12)}${fixed(b).padStart(14)}${`${fixed(b / a)}x`.padStart(9)}`);
+  }
+  const statuses = (storm: Storm) => (storm.failures === 0 ? '0' : `${storm.failures} (${[...storm.statuses].join(', ')})`);
+  console.log(`${'  their non-200 answers'.padEnd(48)}${statuses(small).padStart(12)}${statuses(large).padStart(14)}`);
+  const idleP99 = percentile(idle, 99);
+  console.log(
+    `get_workspace on other records, p99 ms: idle ${fixed(idleP99)}, during the storm on the 1-event record ${fixed(percentile(duringStorms[0]!, 99))} ` +
+      `(${fixed(percentile(duringStorms[0]!, 99) / idleP99)}x), on the ${options.events}-event record ${fixed(percentile(duringStorms[1]!, 99))} ` +
+      `(${fixed(percentile(duringStorms[1]!, 99) / idleP99)}x)`,
+  );
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1]!).href) {
+  const { values } = parseArgs({
+    options: {
+      events: { type: 'string', default: '100000' },
+      seconds: { type: 'string', default: '5' },
+      keep: { type: 'boolean', default: false },
+    },
+  });
+  const logger = pino({ level: 'warn' });
+  const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-bench-hot-'));
+  const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(dataDir, logger);
+  const serverUrl = process.env.DATABASE_URL ?? embedded!.url;
+  const name = `bench_hot_record_${Date.now()}`;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${name}`);
+  const databaseUrl = databaseUrlOn(serverUrl, name);
+  const service = await startServiceProcess({ databaseUrl, env: { LOG_LEVEL: 'warn' } });
+  try {
+    console.log(`PostgreSQL ${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded'}; events in PostgreSQL`);
+    await hotRecordScenario({ url: service.url, databaseUrl, events: Number(values.events), seconds: Number(values.seconds) });
+  } finally {
+    await service.signal('SIGTERM');
+    if (values.keep) console.log(`kept the database ${name}`);
+    else await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.end();
+    await embedded?.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,82 @@
+import { readRecordRange } from '../eventstore/event-log.js';
+import { emptyStreamHead, type EventStore, type StreamHead } from '../eventstore/port.js';
+import type { Decider } from '../domain/deciders.js';
+import type { DomainEvent, Envelope } from '../domain/events.js';
+import type { Timestamp } from '../domain/timestamp.js';
+import { snapshotInterval, type RecordSnapshot, type SnapshotStore } from './snapshots.js';
+
+/** A record's state and the stream head it reflects (what the next append expects). */
+export type Loaded<State> = { state: State; head: StreamHead };
+
+export type LoadOptions = {
+  /** Where snapshots are kept; without, the record is folded from its first event. */
+  snapshots?: SnapshotStore | undefined;
+  /** The state as it was at this instant (`as_of`): events that occurred after it are not folded. */
+  until?: Timestamp | undefined;
+};
+
+/**
+ * Events read at once while folding: the first page a little more than a snapshot interval (what
+ * a load after a snapshot reads), doubling from there up to the largest for a long fold.
+ */
+const firstPageSize = Number(snapshotInterval) + 28;
+const largestPageSize = 4096;
+
+type Evolving<State, Event extends DomainEvent> = Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>;
+
+/**
+ * A record's state, from its latest snapshot (at or before `until`) and the events after it: the
+ * cost of the events since that snapshot, not of the record's age. A snapshot whose event is no
+ * longer the stream's is void, and the record is folded from its start. Every `snapshotInterval`
+ * versions passed while folding is kept as a snapshot, so a missing one is made again by reading.
+ * A record's own events occur strictly one after another (src/domain/command.ts), so the events at
+ * or before `until` are the stream's first ones, and folding stops at the first after it.
+ */
+export async function loadRecord<State, Event extends DomainEvent>(
+  store: EventStore,
+  streamName: string,
+  decider: Evolving<State, Event>,
+  options: LoadOptions = {},
+): Promise<Loaded<State>> {
+  const snapshot = await options.snapshots?.latest(streamName, options.until);
+  const fromSnapshot = snapshot && (await foldFrom(store, streamName, decider, options, snapshot));
+  return fromSnapshot ?? (await foldFrom(store, streamName, decider, options, undefined))!;
+}
+
+/** Folds the stream from `start` (or its first event); undefined when `start` is void. */
+async function foldFrom<State, Event extends DomainEvent>(
+  store: EventStore,
+  streamName: string,
+  decider: Evolving<State, Event>,
+  { snapshots, until }: LoadOptions,
+  start: RecordSnapshot | undefined,
+): Promise<Loaded<State> | undefined> {
+  let state = start ? (start.state as State) : decider.initialState;
+  let head = start?.head ?? emptyStreamHead;
+  const made: RecordSnapshot[] = [];
+  const keep = () => {
+    if (snapshots && made.length > 0) void snapshots.save(made);
+  };
+  // From the snapshot's own event, to see that it is still there.
+  for (let from = start?.head.version ?? 1n, pageSize = firstPageSize; ; pageSize = Math.min(pageSize * 2, largestPageSize)) {
+    const page = await readRecordRange(store, streamName, { from, limit: pageSize });
+    if (start && from === start.head.version && page.read[0]?.id !== start.eventId) return undefined;
+    for (const logged of page.events) {
+      if (logged.version <= head.version) continue;
+      const occurredAt = logged.event.metadata.occurred_at;
+      if (until !== undefined && occurredAt > until) {
+        keep();
+        return { state, head };
+      }
+      state = decider.evolve(state, logged.event as Envelope<Event>);
+      if (logged.version % snapshotInterval === 0n)
+        made.push({ streamName, head: { version: logged.version }, eventId: logged.id, occurredAt, state });
+    }
+    const last = page.read.at(-1);
+    if (last && last.version > head.version) head = { version: last.version };
+    if (!last || page.read.length < pageSize) break;
+    from = last.version + 1n;
+  }
+  keep();
+  return { state, head };
+}

@@ -1,0 +1,78 @@
+/**
+ * Commands on one record wait their turn here instead of racing each other to the store (issue 21):
+ * while one group of a record's commands is being decided and appended, the commands that arrive
+ * wait, and go together as the next group. Records do not wait for each other. No I/O and no
+ * timers: what a group does is `runGroup`'s.
+ */
+
+/** A queued command: whoever runs its group settles it; `fail` is also how the queue ends it should its group throw. */
+export type Queued = { fail: (error: unknown) => void };
+
+/** One more command than the limit on one record: refused, not queued. */
+export class RecordQueueFull extends Error {
+  constructor(
+    readonly key: string,
+    readonly waiting: number,
+  ) {
+    super(`${waiting} commands already wait on ${key}`);
+    this.name = 'RecordQueueFull';
+  }
+}
+
+export type RecordQueueOptions<Job extends Queued> = {
+  /** How many commands may wait on one record (not counting the group being run); one more is refused. */
+  limit: number;
+  /** The most commands one group takes; the rest wait for the next. */
+  maxGroup: number;
+  /** Decides and appends `jobs`, in order, settling each; one group of a record at a time. */
+  runGroup: (key: string, jobs: Job[]) => Promise<void>;
+};
+
+export class RecordQueues<Job extends Queued> {
+  /** Per record, the commands not yet taken into a group. A record is here while a group of it runs. */
+  private readonly waiting = new Map<string, Job[]>();
+
+  constructor(private readonly options: RecordQueueOptions<Job>) {}
+
+  /** Queues `job` on `key`, and runs it at once if nothing runs on `key`. Throws RecordQueueFull at the limit. */
+  enqueue(key: string, job: Job): void {
+    const queue = this.waiting.get(key);
+    if (!queue) {
+      this.waiting.set(key, []);
+      this.run(key, [job]);
+      return;
+    }
+    if (queue.length >= this.options.limit) throw new RecordQueueFull(key, queue.length);
+    queue.push(job);
+  }
+
+  /** Commands waiting on `key`, not counting the group being run. */
+  waitingOn(key: string): number {
+    return this.waiting.get(key)?.length ?? 0;
+  }
+
+  /** Records with a group running. */
+  get busyRecords(): number {
+    return this.waiting.size;
+  }
+
+  private run(key: string, group: Job[]): void {
+    this.options.runGroup(key, group).then(
+      () => this.next(key),
+      (error: unknown) => {
+        // runGroup settles its jobs; should it throw instead, none of them is left hanging.
+        for (const job of group) job.fail(error);
+        this.next(key);
+      },
+    );
+  }
+
+  private next(key: string): void {
+    const queue = this.waiting.get(key)!;
+    if (queue.length === 0) {
+      this.waiting.delete(key);
+      return;
+    }
+    this.run(key, queue.splice(0, this.options.maxGroup));
+  }
+}
