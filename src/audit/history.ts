@@ -1,9 +1,10 @@
 import { notFound } from '../errors.js';
-import { readRecord } from '../eventstore/event-log.js';
+import { readRecord, type LoggedEvent } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
+import { chainHashes, type EventHashes } from '../integrity/hashes.js';
 import type { DomainEvent, Envelope, SolutionEvent, WorkspaceEvent } from '../domain/events.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
@@ -16,7 +17,7 @@ import type { Workspace } from '../domain/workspace.js';
 
 /** One event as the history shows it; a union over event types, so `type` tells what `data` holds. */
 export type HistoryItem<E extends DomainEvent = DomainEvent> = E extends DomainEvent
-  ? { version: number; type: E['type']; occurred_at: Timestamp; actor: string; data: E['data'] }
+  ? { version: number; type: E['type']; occurred_at: Timestamp; actor: string; data: E['data'] } & EventHashes
   : never;
 
 export type RecordKind = 'workspace' | 'solution';
@@ -26,8 +27,18 @@ const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? works
 
 /** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
 async function accessibleEvents(store: EventStore, kind: RecordKind, id: string, organizations: ReadonlySet<string>): Promise<Envelope[]> {
-  const events = (await readRecord(store, streamOf(kind, id))).events.map((logged) => logged.event);
-  const created = events[0];
+  return (await accessibleRecord(store, kind, id, organizations)).map((logged) => logged.event);
+}
+
+/** The record's events as logged; empty when it never existed or belongs to an organization not given. */
+export async function accessibleRecord(
+  store: EventStore,
+  kind: RecordKind,
+  id: string,
+  organizations: ReadonlySet<string>,
+): Promise<LoggedEvent[]> {
+  const events = (await readRecord(store, streamOf(kind, id))).events;
+  const created = events[0]?.event;
   const organizationId = created && 'organization_id' in created.data ? created.data.organization_id : undefined;
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
 }
@@ -39,21 +50,25 @@ export async function recordHistory<K extends RecordKind>(
   organizations: ReadonlySet<string>,
   request: PageRequest,
 ): Promise<Page<HistoryItem<EventOf<K>>>> {
-  const events = await accessibleEvents(store, kind, id, organizations);
-  if (events.length === 0) throw notFound(kind);
+  const logged = await accessibleRecord(store, kind, id, organizations);
+  if (logged.length === 0) throw notFound(kind);
+  const hashes = chainHashes(logged.map((entry) => entry.stored));
   const start = (request.page - 1) * request.size;
   // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
-  const items = events.slice(start, start + request.size).map(
-    (event, index) =>
-      ({
-        version: start + index + 1,
-        type: event.type,
-        occurred_at: event.metadata.occurred_at,
-        actor: event.metadata.actor,
-        data: event.data,
-      }) as HistoryItem<EventOf<K>>,
-  );
-  return { total: events.length, page: request.page, size: request.size, items };
+  const items = logged.slice(start, start + request.size).map(({ event }, index) => {
+    const { data_hash, previous_hash, hash } = hashes[start + index]!;
+    return {
+      version: start + index + 1,
+      type: event.type,
+      occurred_at: event.metadata.occurred_at,
+      actor: event.metadata.actor,
+      data: event.data,
+      hash,
+      previous_hash,
+      data_hash,
+    } as HistoryItem<EventOf<K>>;
+  });
+  return { total: logged.length, page: request.page, size: request.size, items };
 }
 
 /** A record's state at `asOf`, folded with the write side's own evolve from the events up to then. */

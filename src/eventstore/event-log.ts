@@ -11,8 +11,18 @@ import { encodePosition, type EventStore, type GlobalPosition, type RecordedEven
  * reported once each to whoever `reportForeignEvents` names for the store.
  */
 
-/** A domain event and where it sits: its stream, its 1-based version there, and its global position. */
-export type LoggedEvent = { event: Envelope; id: string; streamName: string; version: bigint; position: GlobalPosition };
+/**
+ * A domain event and where it sits: its stream, its 1-based version there, and its global position;
+ * `stored` is the event as stored, before upcasting, which its hashes cover (src/integrity/hashes.ts).
+ */
+export type LoggedEvent = {
+  event: Envelope;
+  id: string;
+  streamName: string;
+  version: bigint;
+  position: GlobalPosition;
+  stored: RecordedEvent;
+};
 
 /** Where an event sits in the log and what it claims to be, for log lines, errors and the dead-letter table. */
 export type EventAddress = { id: string; streamName: string; version: bigint; type: string; position: GlobalPosition };
@@ -103,7 +113,14 @@ export function readLoggedEvent(
     foreignReporters.get(store)?.({ ...addressOf(stored), reason: reading.reason });
     return undefined;
   }
-  return { event: reading.envelope, id: stored.id, streamName: stored.streamName, version: stored.version, position: stored.position };
+  return {
+    event: reading.envelope,
+    id: stored.id,
+    streamName: stored.streamName,
+    version: stored.version,
+    position: stored.position,
+    stored,
+  };
 }
 
 /**

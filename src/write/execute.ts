@@ -4,6 +4,7 @@ import { readRecord } from '../eventstore/event-log.js';
 import { EventStoreRefused, StreamVersionConflict, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
+import { chainHead, hashAppended, zeroHash } from '../integrity/hashes.js';
 import type { RecentStates } from './recent-states.js';
 
 export type Outcome<State> = { state: State; position: GlobalPosition | undefined };
@@ -64,7 +65,7 @@ export async function loadState<State, Event extends DomainEvent>(
 }
 
 /** A stream that cannot exist yet: the decider's initial state at version 0. */
-const fresh = <State>(decider: { initialState: State }) => ({ state: decider.initialState, version: 0n });
+const fresh = <State>(decider: { initialState: State }) => ({ state: decider.initialState, version: 0n, head: zeroHash });
 
 const fold = <State, Event extends DomainEvent>(
   decider: Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>,
@@ -104,7 +105,9 @@ export async function execute<Command, State, Event extends DomainEvent>(
       attempt > 1 || request.commandId !== undefined ? undefined : options.newStream ? fresh(decider) : recent?.get<State>(streamName);
     let state: State;
     let version: bigint;
-    if (known) ({ state, version } = known);
+    // The hash of the stream's last event, known with its version: the expected version makes it the right one.
+    let head: string;
+    if (known) ({ state, version, head } = known);
     else {
       const record = await timed(observer, 'read', () => readRecord(store, streamName));
       const logged = record.events;
@@ -117,22 +120,33 @@ export async function execute<Command, State, Event extends DomainEvent>(
       state = fold(decider, stored);
       // The stream's own count: events another program wrote into it are not among `stored`.
       ({ version } = record);
+      head = chainHead(logged.map((entry) => entry.stored));
     }
     const command = await commandFor(state);
     const decided = performance.now();
     const events = decider.decide(command, state);
     observer?.onStep?.('decide', (performance.now() - decided) / 1000);
     if (events.length === 0) return { state, position: undefined };
+    const hashes = hashAppended(
+      events.map((event, index) => ({
+        type: event.type,
+        data: event.data,
+        metadata: event.metadata,
+        streamName,
+        version: version + BigInt(index + 1),
+      })),
+      head,
+    );
     const newEvents = events.map((event, index) => ({
       id: eventId(request.commandId ?? request.requestId, streamName, version, index, event),
       type: event.type,
       data: event.data,
-      metadata: event.metadata,
+      metadata: { ...event.metadata, ...hashes[index] },
     }));
     try {
       const { position } = await timed(observer, 'append', () => store.append(streamName, version, newEvents));
       const after = events.reduce(decider.evolve, state);
-      recent?.set(streamName, version + BigInt(events.length), after);
+      recent?.set(streamName, version + BigInt(events.length), after, hashes[hashes.length - 1]!.hash);
       return { state: after, position };
     } catch (error) {
       recent?.forget(streamName);

@@ -24,16 +24,21 @@ export class RecentStates {
     this.arena = Buffer.allocUnsafeSlow(maxBytes);
   }
 
-  get<State>(streamName: string): { version: bigint; state: State } | undefined {
+  get<State>(streamName: string): { version: bigint; state: State; head: string } | undefined {
     const at = this.index.get(streamName);
     if (at === undefined) return undefined;
     const nameBytes = this.arena.readUInt16BE(at);
     const jsonStart = at + recordHeaderBytes + nameBytes;
     const json = this.arena.toString('utf8', jsonStart, jsonStart + this.arena.readUInt32BE(at + 2));
-    return { version: this.arena.readBigUInt64BE(at + 6), state: JSON.parse(json) as State };
+    return {
+      version: this.arena.readBigUInt64BE(at + 6),
+      state: JSON.parse(json) as State,
+      head: this.arena.toString('hex', at + 14, at + recordHeaderBytes),
+    };
   }
 
-  set(streamName: string, version: bigint, state: unknown): void {
+  /** `head`: the hash of the stream's last event (src/integrity/hashes.ts), the next event's `previous_hash`. */
+  set(streamName: string, version: bigint, state: unknown, head: string): void {
     this.forget(streamName);
     const json = JSON.stringify(state);
     const nameBytes = Buffer.byteLength(streamName);
@@ -45,6 +50,7 @@ export class RecentStates {
     this.arena.writeUInt16BE(nameBytes, at);
     this.arena.writeUInt32BE(size - recordHeaderBytes - nameBytes, at + 2);
     this.arena.writeBigUInt64BE(version, at + 6);
+    this.arena.write(head, at + 14, 'hex');
     this.arena.write(streamName, at + recordHeaderBytes);
     this.arena.write(json, at + recordHeaderBytes + nameBytes);
     this.head = at + size;
@@ -88,5 +94,5 @@ export class RecentStates {
   }
 }
 
-/** A record: the stream name's length (16 bits), the JSON text's length (32), the version (64), the name, the text. */
-const recordHeaderBytes = 14;
+/** A record: the stream name's length (16 bits), the JSON text's length (32), the version (64), the last event's hash (256), the name, the text. */
+const recordHeaderBytes = 46;

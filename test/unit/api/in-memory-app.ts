@@ -48,6 +48,7 @@ export async function startInMemoryApp(options: { queries?: Partial<Queries>; bo
       queries: (options.queries ?? {}) as Queries,
       readiness: async () => ({ ready: true, checks: {} }),
       metrics: new Metrics(),
+      auditKeys: async () => ({ keys: [] }),
     },
     logger,
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,
