@@ -200,3 +200,20 @@ export async function readTrees(pool: Queryable): Promise<{ organizationId: stri
   );
   return rows.map((row) => ({ organizationId: row.organization_id, size: Number(row.size) }));
 }
+
+/** How far the trees have read the log, without waiting for a batch in progress. */
+export async function readTreeProgress(client: Queryable): Promise<GlobalPosition> {
+  const { rows } = await client.query<{ commit_position: string; prepare_position: string }>(
+    'SELECT commit_position, prepare_position FROM integrity_progress',
+  );
+  return { commit: BigInt(rows[0]!.commit_position), prepare: BigInt(rows[0]!.prepare_position) };
+}
+
+/** Every stored node of an organization's tree. */
+export async function readAllNodes(client: Queryable, organizationId: string): Promise<MerkleNode[]> {
+  const { rows } = await client.query<{ level: number; index: string; hash: Buffer }>(
+    'SELECT level, index, hash FROM integrity_nodes WHERE organization_id = $1',
+    [organizationId],
+  );
+  return rows.map((row) => ({ level: row.level, index: Number(row.index), hash: row.hash }));
+}
