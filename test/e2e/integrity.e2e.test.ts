@@ -1,7 +1,11 @@
 import { createPublicKey, verify } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { canonicalJson, createClient, verifyConsistency, verifyRecord, type AuditKeys } from '../../src/client/index.js';
+import { hashEvent } from '../../src/integrity/hashes.js';
+import { eventStoreUrlFor } from '../support/event-store.js';
+import { writeRawEvent } from '../support/foreign-writes.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
+import { runCli } from '../int/cli-run.js';
 import { checkpointCovering, expectError, rawPost } from './helpers.js';
 
 describe('tamper-evident history (contract §16)', () => {
@@ -90,5 +94,37 @@ describe('tamper-evident history (contract §16)', () => {
       400,
       'validation_error',
     );
+  });
+
+  it('catches an event another writer appended to a service stream with forged hashes: verifyRecord and audit:verify', async () => {
+    const api = createClient({ baseUrl: service.url, token });
+    const workspace = await api.createWorkspace({ organization_id: 'org_proof', name: 'Target' });
+    const [created] = (await api.getWorkspaceHistory({ id: workspace.id, page: 1, size: 10 })).items;
+    const stream = `workspace-${workspace.id}`;
+    const data = { id: workspace.id, name: 'Taken over' };
+    const metadata = { actor: 'intruder', request_id: 'forged', occurred_at: '2099-01-01T00:00:00.000000Z', schema_version: 2 };
+    // Its data_hash and previous_hash are right; its hash is not the hash of what it says.
+    const honest = hashEvent({ streamName: stream, version: 2n, type: 'WorkspaceUpdated', data, metadata }, created!.hash);
+    await writeRawEvent(service.databaseUrl, stream, {
+      type: 'WorkspaceUpdated',
+      data,
+      metadata: { ...metadata, ...honest, hash: 'f'.repeat(64) },
+    });
+    const history = await api.getWorkspaceHistory({ id: workspace.id, page: 1, size: 10 });
+    expect(history.total).toBe(2);
+    // Once the tree has read it and a checkpoint covers it.
+    let proof = await api.getWorkspaceProof({ id: workspace.id });
+    for (let attempt = 0; proof.events.length < 2 && attempt < 400; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      proof = await api.getWorkspaceProof({ id: workspace.id });
+    }
+    const { checkpoint } = proof;
+    const verdict = await verifyRecord(proof, checkpoint, keys);
+    expect(verdict.problems).toEqual([{ version: 2, message: `hash is ${'f'.repeat(64)}, the event hashes to ${honest.hash}` }]);
+
+    const eventStoreUrl = await eventStoreUrlFor(service.databaseUrl);
+    const audit = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl, eventStoreUrl ? { EVENTSTORE_URL: eventStoreUrl } : {});
+    expect(audit.code).toBe(1);
+    expect(audit.stdout).toContain(`organization org_proof, stream ${stream}, version 2: hash is ${'f'.repeat(64)}, the event hashes to`);
   });
 });
