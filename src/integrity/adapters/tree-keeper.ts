@@ -7,6 +7,7 @@ import { placeEvents, type PlacedLeaf } from '../tree.js';
 import {
   lockProgress,
   readNodes,
+  readTreeProgress,
   readStreamHeads,
   saveCheckpoint,
   saveProgress,
@@ -37,8 +38,9 @@ export type TreeKeeperOptions = {
  *
  * It runs in its own transactions, not the projector's: the tree is append-only evidence, while
  * the read tables are rebuilt at will, and the projector's batches are on the path of every
- * command's answer. Each batch locks the progress row, so several instances may run it: they take
- * turns, and each batch is whole or not at all (a crash mid-batch leaves the tree as it was).
+ * command's answer. Each batch is written under the progress row's lock, from the position it was
+ * read after, so several instances may run it: they take turns, and each batch is whole or not at
+ * all (a crash mid-batch leaves the tree as it was).
  * Signing comes after, in its own statement: a crash between leaves a tree with no checkpoint of
  * its newest size, which the next round signs.
  */
@@ -72,13 +74,17 @@ export class TreeKeeper {
     }
   }
 
-  /** Appends the next batch of the log to the trees; answers how many events it read. */
+  /** Appends the next batch of the log to the trees; answers how many events it appended. */
   async catchUp(): Promise<number> {
     const { pool, store, batchSize = 2000, logger } = this.options;
+    // Read before the transaction: an open transaction holding a transaction id would hold back
+    // the PostgreSQL store's read watermark, and with it the projector, for as long as the read.
+    const after = await readTreeProgress(pool);
+    const events = await store.readAll(after, batchSize);
+    if (events.length === 0) return 0;
     return inTransaction(pool, async (client) => {
-      const after = await lockProgress(client);
-      const events = await store.readAll(after, batchSize);
-      if (events.length === 0) return 0;
+      // Another instance's keeper appended from there meanwhile: this batch is its, already.
+      if (comparePositions(await lockProgress(client), after) !== 0) return 0;
       const streams = await readStreamHeads(client, [...new Set(events.map((event) => event.streamName))]);
       const { leaves, heads, unplaced } = placeEvents(events, streams);
       for (const event of unplaced)
