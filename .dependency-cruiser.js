@@ -72,7 +72,8 @@ export default {
       comment:
         'Outside its adapters/ folder, a capability (src/changes, src/webhooks, src/integrity) is pure: it imports only ' +
         "src/domain, src/errors.ts, the event store port's types (src/eventstore/port.ts), the pure parts of the " +
-        "capabilities, zod, and Node's crypto (hashes and HMACs for proofs and signatures). Its I/O lives in adapters/.",
+        "capabilities, zod, canonicalize (RFC 8785 canonical JSON) and Node's crypto (hashes and HMACs for proofs and " +
+        'signatures). Its I/O lives in adapters/.',
       severity: 'error',
       from: { path: `^src/(${capabilities})/(?!adapters/)` },
       to: {
@@ -82,6 +83,7 @@ export default {
           '^src/eventstore/port[.]ts$',
           `^src/(${capabilities})/(?!adapters/)`,
           '(^|/)node_modules/zod/',
+          '(^|/)node_modules/canonicalize/',
           '^crypto$',
         ],
       },

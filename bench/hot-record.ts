@@ -24,6 +24,7 @@ import { mintToken } from '../src/api/tokens.js';
 import { parseConfig } from '../src/config.js';
 import { workspaceDecider } from '../src/domain/deciders.js';
 import { fromMicros, toMicros } from '../src/domain/timestamp.js';
+import { hashAppended } from '../src/integrity/hashes.js';
 import { workspaceStream } from '../src/eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { openStores } from '../src/runtime/stores.js';
@@ -85,6 +86,7 @@ async function seedHotRecord(service: Service, databaseUrl: string, count: numbe
   try {
     const streamName = workspaceStream(created.id);
     let { state, head } = await loadState(stores.store, streamName, workspaceDecider);
+    let { hash } = head;
     for (let seeded = 1; seeded < count;) {
       const events = [];
       for (; seeded < count && events.length < 1000; seeded++) {
@@ -95,10 +97,13 @@ async function seedHotRecord(service: Service, databaseUrl: string, count: numbe
           state,
         );
         state = workspaceDecider.evolve(state, event!);
-        events.push({ id: crypto.randomUUID(), type: event!.type, data: event!.data, metadata: event!.metadata });
+        const version = head.version + BigInt(events.length) + 1n;
+        const [hashes] = hashAppended([{ ...event!, streamName, version }], hash);
+        hash = hashes!.hash;
+        events.push({ id: crypto.randomUUID(), type: event!.type, data: event!.data, metadata: { ...event!.metadata, ...hashes } });
       }
       await stores.store.append(streamName, head.version, events);
-      head = { version: head.version + BigInt(events.length) };
+      head = { version: head.version + BigInt(events.length), hash };
     }
   } finally {
     await stores.close();

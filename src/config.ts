@@ -57,6 +57,19 @@ const environmentSchema = z
     OTEL_EXPORTER_OTLP_ENDPOINT: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),
     OTEL_SERVICE_NAME: z.preprocess(emptyAsUndefined, z.string().default('workspace-solution-api')),
+    // A PEM in one line of an env file has its line breaks written as \n.
+    AUDIT_SIGNING_KEY: z.preprocess(
+      emptyAsUndefined,
+      z
+        .string()
+        .transform((value) => value.replace(/\\n/g, '\n'))
+        .refine(
+          (value) => /-----BEGIN PRIVATE KEY-----[\s\S]+-----END PRIVATE KEY-----/.test(value),
+          'must be a PKCS#8 PEM private key (Ed25519)',
+        )
+        .optional(),
+    ),
+    AUDIT_CHECKPOINT_INTERVAL_MS: integer(5000, 100, 10_000),
   })
   .superRefine((env, ctx) => {
     if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
@@ -99,6 +112,8 @@ export type Config = Readonly<{
   metrics: Readonly<{ port: number | undefined; host: string }>;
   /** Traces are exported by OTLP/HTTP to `tracesUrl`; undefined: no tracing at all. */
   tracing: Readonly<{ tracesUrl: string | undefined; serviceName: string }>;
+  /** Signed checkpoints (contract §16): the Ed25519 key's PEM (undefined: the one generated in `dataDir`), and how often a growing tree is signed. */
+  audit: Readonly<{ signingKey: string | undefined; checkpointIntervalMs: number }>;
 }>;
 
 /** Every environment variable the service reads (documented with its default in `.env.example`). */
@@ -149,5 +164,6 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
       tracesUrl: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? tracesUrlOf(env.OTEL_EXPORTER_OTLP_ENDPOINT),
       serviceName: env.OTEL_SERVICE_NAME,
     }),
+    audit: Object.freeze({ signingKey: env.AUDIT_SIGNING_KEY, checkpointIntervalMs: env.AUDIT_CHECKPOINT_INTERVAL_MS }),
   });
 }

@@ -14,7 +14,8 @@ import { errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
-import { isOperationName, operations, type Queries } from './operations.js';
+import type { PublicJwk } from '../integrity/checkpoints.js';
+import { isOperationName, operations, scopesOf, type Queries } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas, requestIdPattern } from './schemas.js';
 import { validationDetails, validationErrorMap } from './validation-messages.js';
@@ -26,6 +27,8 @@ export type AppServices = {
   queries: Queries;
   readiness: () => Promise<Readiness>;
   metrics: Metrics;
+  /** The JWKS of GET /audit-keys (contract §13). */
+  auditKeys: () => Promise<{ keys: PublicJwk[] }>;
 };
 
 export type AppOptions = {
@@ -121,6 +124,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   registerApiDocs(app);
   app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/audit-keys', () => services.auditKeys());
   app.get('/readyz', async (_request, reply) => {
     const readiness = await services.readiness();
     return reply.code(readiness.ready ? 200 : 503).send({ status: readiness.ready ? 'ready' : 'not_ready', checks: readiness.checks });
@@ -148,8 +152,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       // A malformed key is a bad_request, which comes before the scope check (contract §2).
       const key = operation.kind === 'command' ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
       const principal = request.principal!;
-      if (!principal.scopes.has(operation.scope)) {
-        throw new ServiceError('forbidden', `the token lacks the scope ${operation.scope}`);
+      const accepted = scopesOf(query);
+      if (!accepted.some((scope) => principal.scopes.has(scope))) {
+        throw new ServiceError('forbidden', `the token lacks the scope ${accepted.join(' or ')}`);
       }
       // Issues a schema left without a message of its own are worded by the service (validation-messages.ts).
       const parsed = paramsSchemas[query].safeParse(params, { error: validationErrorMap });

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { ErrorCode } from '../errors.js';
 import { statusOf } from './errors.js';
-import { operations } from './operations.js';
+import { operations, scopesOf } from './operations.js';
 import {
   errorBodySchema,
   idempotencyKeyPattern,
@@ -133,6 +133,7 @@ const requestIdHeader = {
 
 function pathItem(name: OperationName) {
   const operation = operations[name];
+  const scopes = scopesOf(name);
   const Name = pascal(name);
   const errorResponses = Object.fromEntries(
     byStatus(refusalsOf(name)).map(([status, codes]) => [
@@ -152,9 +153,10 @@ function pathItem(name: OperationName) {
     post: {
       operationId: name,
       summary: operation.summary,
-      description: `Scope \`${operation.scope}\`. A ${operation.kind}: sends \`{"query": "${name}", "params": {...}}\` to \`POST /api\`.`,
-      tags: [operation.scope.startsWith('workspaces') ? 'Workspaces' : 'Solutions'],
-      security: [{ bearerAuth: [operation.scope] }],
+      description: `Scope ${scopes.map((scope) => `\`${scope}\``).join(' or ')}. A ${operation.kind}: sends \`{"query": "${name}", "params": {...}}\` to \`POST /api\`.`,
+      tags: [scopes.length > 1 ? 'Integrity' : scopes[0]!.startsWith('workspaces') ? 'Workspaces' : 'Solutions'],
+      // Several requirements: any one grants the operation.
+      security: scopes.map((scope) => ({ bearerAuth: [scope] })),
       parameters: [ref('parameters', 'RequestId'), ...(operation.kind === 'command' ? [ref('parameters', 'IdempotencyKey')] : [])],
       requestBody: { required: true, content: { 'application/json': { schema: ref('schemas', `${Name}Request`) } } },
       responses: {
@@ -183,6 +185,30 @@ function pathItem(name: OperationName) {
   };
 }
 
+/** The JWKS of GET /audit-keys (contract §13). */
+const auditKeysSchema = {
+  type: 'object',
+  required: ['keys'],
+  additionalProperties: false,
+  properties: {
+    keys: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['kty', 'crv', 'x', 'kid'],
+        properties: {
+          kty: { const: 'OKP' },
+          crv: { const: 'Ed25519' },
+          x: { type: 'string', description: 'The public key, base64url.' },
+          kid: { type: 'string', description: 'The key id checkpoints name in `key_id` (its RFC 7638 thumbprint).' },
+          alg: { const: 'EdDSA' },
+          use: { const: 'sig' },
+        },
+      },
+    },
+  },
+};
+
 const readinessSchema = {
   type: 'object',
   required: ['status', 'checks'],
@@ -208,6 +234,7 @@ export function openApiDocument(version: string) {
     tags: [
       { name: 'Workspaces', description: 'Workspaces and their history.' },
       { name: 'Solutions', description: 'Solutions, inside workspaces, and their history.' },
+      { name: 'Integrity', description: 'Signed checkpoints and proofs of the tamper-evident history (any read scope).' },
       { name: 'Operations', description: 'Liveness and readiness, without a token.' },
     ],
     paths: {
@@ -228,6 +255,15 @@ export function openApiDocument(version: string) {
               },
             },
           },
+        },
+      },
+      '/audit-keys': {
+        get: {
+          operationId: 'audit_keys',
+          summary: 'The public keys that sign checkpoints, retired ones included, as a JWKS (RFC 7517, Ed25519).',
+          tags: ['Integrity'],
+          security: [],
+          responses: { '200': { description: 'The keys.', content: { 'application/json': { schema: auditKeysSchema } } } },
         },
       },
       '/readyz': {

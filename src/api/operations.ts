@@ -2,6 +2,8 @@ import { notFound } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { FieldProvenance } from '../audit/provenance.js';
 import type { RecordDiff } from '../audit/provenance-reads.js';
+import type { Checkpoint } from '../integrity/checkpoints.js';
+import type { ProofEvent } from '../integrity/adapters/proofs.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import type { CommandHandlers, Caller } from '../write/handlers.js';
 import type { Solution } from '../domain/solution.js';
@@ -41,6 +43,20 @@ export type Queries = {
     from: string,
     to: string | undefined,
   ): Promise<RecordDiff<K>>;
+  /** Contract §16: the organization's latest checkpoint, or the one of `size`. */
+  checkpoint(organizationId: string, organizations: ReadonlySet<string>, size: number | undefined): Promise<Checkpoint>;
+  recordProof(
+    kind: RecordKind,
+    id: string,
+    organizations: ReadonlySet<string>,
+    size: number | undefined,
+  ): Promise<{ checkpoint: Checkpoint; events: ProofEvent[] }>;
+  consistencyProof(
+    organizationId: string,
+    organizations: ReadonlySet<string>,
+    fromSize: number,
+    toSize: number,
+  ): Promise<{ from: Checkpoint; to: Checkpoint; path: string[] }>;
 };
 
 /** The Workspace and Solution Responses, fields in the spec's order whichever side produced them. */
@@ -77,7 +93,8 @@ export type OperationContext = { caller: Caller; commands: CommandHandlers; quer
 type Operation<O extends OperationName> = {
   /** Commands change records (and honour Idempotency-Key); queries only read. */
   kind: 'command' | 'query';
-  scope: Scope;
+  /** The scope it needs; a list: any one of them. */
+  scope: Scope | readonly Scope[];
   /** One line for the API reference and the docs page. */
   summary: string;
   /** Whether it names a record that may not exist, or not be the caller's (404). */
@@ -95,6 +112,9 @@ const found = <T>(record: T | undefined, what: string): T => {
   if (record === undefined) throw notFound(what);
   return record;
 };
+
+/** The integrity queries (contract §16) need a read scope, either one. */
+const anyReadScope: readonly Scope[] = ['workspaces:read', 'solutions:read'];
 
 /** The one place mapping each operation to its scope and handler. */
 export const operations: { [O in OperationName]: Operation<O> } = {
@@ -228,6 +248,41 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     run: async ({ id, from, to }, { caller, queries }) =>
       diffOf(await queries.diff('solution', id, caller.organizations, from, to), solutionResponse),
   },
+  get_checkpoint: {
+    kind: 'query',
+    scope: anyReadScope,
+    summary: "The organization's latest signed checkpoint, or the one of `size`.",
+    namesRecord: true,
+    run: ({ organization_id, size }, { caller, queries }) => queries.checkpoint(organization_id, caller.organizations, size),
+  },
+  get_workspace_proof: {
+    kind: 'query',
+    scope: anyReadScope,
+    summary: "A workspace's events as stored, with their hashes and inclusion paths in a signed checkpoint.",
+    namesRecord: true,
+    run: ({ id, size }, { caller, queries }) => queries.recordProof('workspace', id, caller.organizations, size),
+  },
+  get_solution_proof: {
+    kind: 'query',
+    scope: anyReadScope,
+    summary: "A solution's events as stored, with their hashes and inclusion paths in a signed checkpoint.",
+    namesRecord: true,
+    run: ({ id, size }, { caller, queries }) => queries.recordProof('solution', id, caller.organizations, size),
+  },
+  get_consistency_proof: {
+    kind: 'query',
+    scope: anyReadScope,
+    summary: "Proof that one signed checkpoint's tree extends another's: the log was only appended to.",
+    namesRecord: true,
+    run: ({ organization_id, from_size, to_size }, { caller, queries }) =>
+      queries.consistencyProof(organization_id, caller.organizations, from_size, to_size),
+  },
+};
+
+/** The scopes that grant an operation: any one of them. */
+export const scopesOf = (name: OperationName): readonly Scope[] => {
+  const { scope } = operations[name];
+  return typeof scope === 'string' ? [scope] : scope;
 };
 
 export const isOperationName = (query: string): query is OperationName => Object.hasOwn(operations, query);

@@ -28,6 +28,12 @@ export const envelopeSchema = z.strictObject({
 const pageNumber = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).meta({ description: 'The page, from 1.' });
 const pageSize = z.number().int().min(1).max(100).meta({ description: 'Items per page, 1 to 100.' });
 const paging = { page: pageNumber, size: pageSize };
+const treeSize = z
+  .number()
+  .int()
+  .min(1)
+  .max(Number.MAX_SAFE_INTEGER)
+  .meta({ description: "A size of the organization's tree: the number of its events a signed checkpoint covers." });
 
 /** An RFC 6901 JSON Pointer: empty, or `/` then reference tokens in which `~` is only ever `~0` or `~1`. */
 const jsonPointer = z
@@ -94,6 +100,10 @@ export const paramsSchemas = {
   get_solution_provenance: z.strictObject({ id: solutionId, as_of: instant.optional(), path: jsonPointer.optional() }),
   diff_workspace: instantRange(workspaceId),
   diff_solution: instantRange(solutionId),
+  get_checkpoint: z.strictObject({ organization_id: organizationId, size: treeSize.optional() }),
+  get_workspace_proof: z.strictObject({ id: workspaceId, size: treeSize.optional() }),
+  get_solution_proof: z.strictObject({ id: solutionId, size: treeSize.optional() }),
+  get_consistency_proof: z.strictObject({ organization_id: organizationId, from_size: treeSize, to_size: treeSize }),
 } as const;
 
 export type OperationName = keyof typeof paramsSchemas;
@@ -140,6 +150,22 @@ const pageOf = <Item extends z.ZodType>(item: Item) =>
     items: z.array(item),
   });
 
+/** A SHA-256 hash, lowercase hex (contract §16). */
+const hexHash = (description: string) =>
+  z
+    .string()
+    .regex(/^[0-9a-f]{64}$/)
+    .meta({ description });
+
+/** An event's hashes (contract §16). */
+const eventHashes = {
+  hash: hexHash(
+    'SHA-256 of the canonical JSON of the event: stream, version, type, schema version, time, actor, data_hash, previous_hash.',
+  ),
+  previous_hash: hexHash("The hash of the stream's previous event; 64 zeros for the first."),
+  data_hash: hexHash('SHA-256 of the canonical JSON of the event data as stored, before upcasting.'),
+};
+
 const historyItem = <Type extends string, Data extends z.ZodObject>(type: Type, data: Data) =>
   z.strictObject({
     version: z.number().int().min(1).meta({ description: "The event's 1-based sequence number in the record's stream." }),
@@ -147,6 +173,7 @@ const historyItem = <Type extends string, Data extends z.ZodObject>(type: Type, 
     occurred_at: timestamp,
     actor: text('The `sub` of the token that caused the change.'),
     data,
+    ...eventHashes,
   });
 
 /** The record's events as the audit history shows them (contract §12): the API's field names, an update's resulting values. */
@@ -224,6 +251,39 @@ const diffSchema = <Item extends z.ZodType, Change extends z.ZodType>(record: It
 
 const deletedSchema = <Id extends z.ZodString>(id: Id) => z.strictObject({ id });
 
+/** A signed checkpoint of an organization's tree (contract §16). */
+export const checkpointSchema = z
+  .strictObject({
+    organization_id: organizationId,
+    size: z.number().int().min(1).meta({ description: "How many of the organization's events the tree holds." }),
+    root_hash: hexHash("The tree's RFC 9162 root hash."),
+    timestamp,
+    key_id: text('The `kid` of the signing key in `GET /audit-keys`.'),
+    signature: text('Base64url Ed25519 signature of the RFC 8785 canonical JSON of organization_id, size, root_hash and timestamp.'),
+  })
+  .meta({ id: 'Checkpoint' });
+
+const hexPath = (description: string) => z.array(hexHash('A subtree hash.')).meta({ description });
+
+/** A record's events with what verifies them: their stored form, hashes, and inclusion paths. */
+const recordProofSchema = z.strictObject({
+  checkpoint: checkpointSchema,
+  events: z.array(
+    z.strictObject({
+      version: z.number().int().min(1).meta({ description: "The event's 1-based sequence number in the record's stream." }),
+      type: text('The event type as stored.'),
+      occurred_at: timestamp,
+      actor: text('The `sub` of the token that caused the change.'),
+      stream: text('The stream the event is stored in.'),
+      schema_version: z.number().int().min(1).meta({ description: 'The schema version the event was stored with.' }),
+      stored_data: z.record(z.string(), z.unknown()).meta({ description: 'The event data as stored, before upcasting.' }),
+      ...eventHashes,
+      leaf_index: z.number().int().min(0).meta({ description: "The event's 0-based place in the organization's log." }),
+      inclusion_path: hexPath('The RFC 9162 audit path from the leaf to the root, deepest first.'),
+    }),
+  ),
+});
+
 export const resultSchemas = {
   get_workspace: workspaceSchema,
   get_workspace_history: pageOf(workspaceHistoryItemSchema),
@@ -241,6 +301,14 @@ export const resultSchemas = {
   get_solution_provenance: provenanceSchema,
   diff_workspace: diffSchema(workspaceSchema, workspaceHistoryItemSchema),
   diff_solution: diffSchema(solutionSchema, solutionHistoryItemSchema),
+  get_checkpoint: checkpointSchema,
+  get_workspace_proof: recordProofSchema,
+  get_solution_proof: recordProofSchema,
+  get_consistency_proof: z.strictObject({
+    from: checkpointSchema,
+    to: checkpointSchema,
+    path: hexPath('The RFC 9162 consistency path between the two trees.'),
+  }),
 } as const satisfies { [O in OperationName]: z.ZodType };
 
 export type ResultOf<O extends OperationName> = z.output<(typeof resultSchemas)[O]>;

@@ -1,9 +1,10 @@
 import { notFound } from '../errors.js';
-import { readRecord, readRecordRange } from '../eventstore/event-log.js';
+import { readRecord, readRecordRange, type LoggedEvent } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
+import { chainHashes, storedHashes, type EventHashes } from '../integrity/hashes.js';
 import type { DomainEvent, Envelope, SolutionEvent, WorkspaceEvent } from '../domain/events.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
@@ -18,7 +19,7 @@ import type { SnapshotStore } from '../write/snapshots.js';
 
 /** One event as the history shows it; a union over event types, so `type` tells what `data` holds. */
 export type HistoryItem<E extends DomainEvent = DomainEvent> = E extends DomainEvent
-  ? { version: number; type: E['type']; occurred_at: Timestamp; actor: string; data: E['data'] }
+  ? { version: number; type: E['type']; occurred_at: Timestamp; actor: string; data: E['data'] } & EventHashes
   : never;
 
 export type RecordKind = 'workspace' | 'solution';
@@ -27,14 +28,25 @@ export type EventOf<K extends RecordKind> = K extends 'workspace' ? WorkspaceEve
 const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? workspaceStream(id) : solutionStream(id));
 
 /** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
+/** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
 export async function accessibleEvents(
   store: EventStore,
   kind: RecordKind,
   id: string,
   organizations: ReadonlySet<string>,
 ): Promise<Envelope[]> {
-  const events = (await readRecord(store, streamOf(kind, id))).events.map((logged) => logged.event);
-  const organizationId = organizationOf(events[0]);
+  return (await accessibleRecord(store, kind, id, organizations)).map((logged) => logged.event);
+}
+
+/** The record's events as logged; empty when it never existed or belongs to an organization not given. */
+export async function accessibleRecord(
+  store: EventStore,
+  kind: RecordKind,
+  id: string,
+  organizations: ReadonlySet<string>,
+): Promise<LoggedEvent[]> {
+  const events = (await readRecord(store, streamOf(kind, id))).events;
+  const organizationId = organizationOf(events[0]?.event);
   return organizationId !== undefined && organizations.has(organizationId) ? events : [];
 }
 
@@ -44,7 +56,7 @@ function organizationOf(created: Envelope | undefined): string | undefined {
 }
 
 /** One event as a history item; `version` is its 1-based place among the record's events. */
-export const historyItem = <K extends RecordKind>(event: Envelope, version: number) =>
+export const historyItem = <K extends RecordKind>(event: Envelope, version: number, { data_hash, previous_hash, hash }: EventHashes) =>
   // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
   ({
     version,
@@ -52,6 +64,9 @@ export const historyItem = <K extends RecordKind>(event: Envelope, version: numb
     occurred_at: event.metadata.occurred_at,
     actor: event.metadata.actor,
     data: event.data,
+    hash,
+    previous_hash,
+    data_hash,
   }) as HistoryItem<EventOf<K>>;
 
 /**
@@ -76,11 +91,14 @@ export async function recordHistory<K extends RecordKind>(
     readRecordRange(store, streamName, { from: BigInt(start + 1), limit: request.size }),
   ]);
   if (first.leftOut + last.leftOut + page.leftOut > 0) return wholeHistory(store, kind, id, organizations, request);
+  // An event stored before hashes existed has them computed along the chain from the start.
+  const hashes = page.events.map((logged) => storedHashes(logged.stored.metadata));
+  if (hashes.some((stored) => stored === undefined)) return wholeHistory(store, kind, id, organizations, request);
   const organizationId = organizationOf(first.events[0]?.event);
   if (organizationId === undefined || !organizations.has(organizationId)) throw notFound(kind);
   // The page may have been read after an append the last-event read missed.
   const total = Number([...last.read, ...page.read].reduce((most, event) => (event.version > most ? event.version : most), 0n));
-  const items = page.events.map((logged) => historyItem<K>(logged.event, Number(logged.version)));
+  const items = page.events.map((logged, index) => historyItem<K>(logged.event, Number(logged.version), hashes[index]!));
   return { total, page: request.page, size: request.size, items };
 }
 
@@ -92,11 +110,14 @@ async function wholeHistory<K extends RecordKind>(
   organizations: ReadonlySet<string>,
   request: PageRequest,
 ): Promise<Page<HistoryItem<EventOf<K>>>> {
-  const events = await accessibleEvents(store, kind, id, organizations);
-  if (events.length === 0) throw notFound(kind);
+  const logged = await accessibleRecord(store, kind, id, organizations);
+  if (logged.length === 0) throw notFound(kind);
+  const hashes = chainHashes(logged.map((entry) => entry.stored));
   const start = (request.page - 1) * request.size;
-  const items = events.slice(start, start + request.size).map((event, index) => historyItem<K>(event, start + index + 1));
-  return { total: events.length, page: request.page, size: request.size, items };
+  const items = logged
+    .slice(start, start + request.size)
+    .map(({ event }, index) => historyItem<K>(event, start + index + 1, hashes[start + index]!));
+  return { total: logged.length, page: request.page, size: request.size, items };
 }
 
 /** The workspace as it was at `asOf`, from the latest snapshot at or before it; 404 if it did not exist then. */

@@ -6,7 +6,8 @@ import type { Envelope, SolutionEvent, WorkspaceEvent } from '../domain/events.j
 import type { Solution, SolutionState } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
 import type { Workspace, WorkspaceState } from '../domain/workspace.js';
-import { accessibleEvents, historyItem, type EventOf, type HistoryItem, type RecordKind } from './history.js';
+import { chainHashes } from '../integrity/hashes.js';
+import { accessibleEvents, accessibleRecord, historyItem, type EventOf, type HistoryItem, type RecordKind } from './history.js';
 import {
   fieldsAt,
   foldUntil,
@@ -112,12 +113,16 @@ async function diffOf<State, Event extends WorkspaceEvent | SolutionEvent, Recor
   from: Timestamp,
   to: Timestamp | undefined,
 ) {
-  const events = (await accessibleEvents(store, source.kind, id, organizations)) as Envelope<Event>[];
+  const logged = await accessibleRecord(store, source.kind, id, organizations);
+  const events = logged.map((entry) => entry.event) as Envelope<Event>[];
   const atFrom = foldUntil(source.fold.evolve, source.fold.initialState, events, from);
   const atTo = foldUntil(source.fold.evolve, atFrom.state, events.slice(atFrom.taken), to);
   const [before = null, after = null] = await recordsAt(store, source, [atFrom.state, atTo.state], [from, to]);
   if (before === null && after === null) throw notFound(source.kind);
-  const changes = events.slice(atFrom.taken, atFrom.taken + atTo.taken).map((event, index) => historyItem(event, atFrom.taken + index + 1));
+  const hashes = chainHashes(logged.map((entry) => entry.stored));
+  const changes = events
+    .slice(atFrom.taken, atFrom.taken + atTo.taken)
+    .map((event, index) => historyItem(event, atFrom.taken + index + 1, hashes[atFrom.taken + index]!));
   return { from: before, to: after, patch: recordPatch(before, after), changes };
 }
 

@@ -11,7 +11,7 @@
 import { readPage } from '../eventstore/event-log.js';
 import type { GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
-import { oneAtATime } from '../infra/postgres.js';
+import { inReadOnlySnapshot, oneAtATime } from '../infra/postgres.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import { skippedPositions } from '../projections/dead-letters.js';
 import { readCheckpoint } from '../projections/tables.js';
@@ -35,22 +35,13 @@ EVENTSTORE_URL).
 const { config, logger } = operatorSetup();
 
 /** The read tables and their checkpoint, from one snapshot. */
-async function readTablesAtCheckpoint(pool: Pool): Promise<{ checkpoint: GlobalPosition; actual: ReadModelSnapshot }> {
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+function readTablesAtCheckpoint(pool: Pool): Promise<{ checkpoint: GlobalPosition; actual: ReadModelSnapshot }> {
+  return inReadOnlySnapshot(pool, async (client) => {
     const checkpoint = await readCheckpoint(client);
     // actualReadModel only queries; on one client inside the transaction they share its snapshot.
     const actual = await actualReadModel(oneAtATime(client) as Pool);
-    await client.query('COMMIT');
     return { checkpoint, actual };
-  } catch (error) {
-    // A read-only snapshot: nothing to undo if the rollback fails; the error above is reported.
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
-  } finally {
-    client.release();
-  }
+  });
 }
 
 let exitCode = 0;

@@ -7,6 +7,19 @@ import type { ErrorCode, ErrorDetail } from '../errors.js';
  */
 
 export type { ErrorCode, ErrorDetail, OperationName };
+export {
+  canonicalJson,
+  checkpointSignatureValid,
+  consistencyPathValid,
+  rootFromInclusionPath,
+  verifyConsistency,
+  verifyRecord,
+  type AuditKeys,
+  type Checkpoint,
+  type ConsistencyProof,
+  type RecordProof,
+  type Verification,
+} from './verify.js';
 export type Params<O extends OperationName> = ParamsInputOf<O>;
 export type Result<O extends OperationName> = ResultOf<O>;
 
@@ -28,6 +41,10 @@ export const operationKinds: { readonly [O in OperationName]: 'command' | 'query
   get_solution_provenance: 'query',
   diff_workspace: 'query',
   diff_solution: 'query',
+  get_checkpoint: 'query',
+  get_workspace_proof: 'query',
+  get_solution_proof: 'query',
+  get_consistency_proof: 'query',
 };
 
 /** The operations answering a page: their `page` is the client's to turn. */

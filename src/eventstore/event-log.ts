@@ -1,15 +1,7 @@
 import type { Logger } from 'pino';
 import type { Envelope } from '../domain/events.js';
 import { readStoredEvent, type ForeignReason } from '../domain/upcast.js';
-import {
-  emptyStreamHead,
-  encodePosition,
-  type EventStore,
-  type GlobalPosition,
-  type RecordedEvent,
-  type StreamHead,
-  type StreamRange,
-} from './port.js';
+import { encodePosition, type EventStore, type GlobalPosition, type RecordedEvent, type StreamRange } from './port.js';
 
 /**
  * The one reader of the log in domain terms: every consumer (command handling, the cascade, the
@@ -19,8 +11,18 @@ import {
  * reported once each to whoever `reportForeignEvents` names for the store.
  */
 
-/** A domain event and where it sits: its stream, its 1-based version there, and its global position. */
-export type LoggedEvent = { event: Envelope; id: string; streamName: string; version: bigint; position: GlobalPosition };
+/**
+ * A domain event and where it sits: its stream, its 1-based version there, and its global position;
+ * `stored` is the event as stored, before upcasting, which its hashes cover (src/integrity/hashes.ts).
+ */
+export type LoggedEvent = {
+  event: Envelope;
+  id: string;
+  streamName: string;
+  version: bigint;
+  position: GlobalPosition;
+  stored: RecordedEvent;
+};
 
 /** Where an event sits in the log and what it claims to be, for log lines, errors and the dead-letter table. */
 export type EventAddress = { id: string; streamName: string; version: bigint; type: string; position: GlobalPosition };
@@ -111,7 +113,14 @@ export function readLoggedEvent(
     foreignReporters.get(store)?.({ ...addressOf(stored), reason: reading.reason });
     return undefined;
   }
-  return { event: reading.envelope, id: stored.id, streamName: stored.streamName, version: stored.version, position: stored.position };
+  return {
+    event: reading.envelope,
+    id: stored.id,
+    streamName: stored.streamName,
+    version: stored.version,
+    position: stored.position,
+    stored,
+  };
 }
 
 /**
@@ -158,12 +167,6 @@ export async function readRecordRange(
   const { events, unreadable } = ownEvents(store, recorded, noneSkipped);
   if (unreadable) throw unreadable;
   return { events, read: recorded, leftOut: recorded.length - events.length };
-}
-
-/** Where the stream stands now (its last event, read alone): what the next append expects. */
-export async function readStreamHead(store: EventStore, streamName: string): Promise<StreamHead> {
-  const [last] = await store.readStream(streamName, { direction: 'backwards', limit: 1 });
-  return last ? { version: last.version } : emptyStreamHead;
 }
 
 export type Page = {

@@ -48,10 +48,14 @@ export type RecordedEvent = {
  * Where a stream stands: the version its next append expects. One small value, so that whatever
  * else a writer must know of the stream's end (such as its last event's hash) can join it.
  */
-export type StreamHead = Readonly<{ version: bigint }>;
+export type StreamHead = Readonly<{
+  version: bigint;
+  /** The hash of the stream's last event of the service's own: the next one's `previous_hash` (src/integrity/hashes.ts). */
+  hash: string;
+}>;
 
-/** A stream that does not exist yet. */
-export const emptyStreamHead: StreamHead = Object.freeze({ version: 0n });
+/** A stream that does not exist yet: no events, and the hash chain's start (64 zeros, contract §16). */
+export const emptyStreamHead: StreamHead = Object.freeze({ version: 0n, hash: '0'.repeat(64) });
 
 /**
  * Which of a stream's events a read returns. Forwards (the default): from version `from`

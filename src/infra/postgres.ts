@@ -75,10 +75,10 @@ export function createPool(connectionString: string, logger: Logger, max = 10): 
   return pool;
 }
 
-export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>, begin = 'BEGIN'): Promise<T> {
   const client = await pool.connect();
   try {
-    await client.query('BEGIN');
+    await client.query(begin);
     const result = await work(client);
     await client.query('COMMIT');
     return result;
@@ -90,6 +90,10 @@ export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClie
     client.release();
   }
 }
+
+/** Runs read-only `work` on one client in one REPEATABLE READ snapshot: everything it reads is of one instant. */
+export const inReadOnlySnapshot = <T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> =>
+  inTransaction(pool, work, 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
 
 /** Connection-level failures (refused, reset, terminated, timeouts), as opposed to errors in a statement. */
 export function isConnectionError(error: unknown): boolean {

@@ -28,6 +28,11 @@ import { CascadeWorker } from '../write/cascade.js';
 import type { CommandObserver } from '../write/execute.js';
 import { CommandHandlers } from '../write/handlers.js';
 import { PostgresSnapshots } from '../write/snapshots.js';
+import { loadSigningKey } from '../integrity/adapters/signing-key.js';
+import { registerSigningKey } from '../integrity/adapters/tables.js';
+import { auditKeys, consistencyProof, getCheckpoint, recordProof } from '../integrity/adapters/proofs.js';
+import { TreeKeeper } from '../integrity/adapters/tree-keeper.js';
+import { fromMicros, toMicros } from '../domain/timestamp.js';
 
 /** Generated ids: nanoid's alphabet and length (21), as contract §4 says. */
 const nanoid = customAlphabet('0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_-', 21);
@@ -43,6 +48,8 @@ export type Runtime = {
   projector: ProjectionRunner;
   progress: ProjectionProgress;
   cascade: CascadeWorker;
+  /** Keeps the organizations' Merkle trees and signs their checkpoints (contract §16). */
+  treeKeeper: TreeKeeper;
   /** Stops the projector, closes pools and stops an embedded database, in that order. */
   close: () => Promise<void>;
 };
@@ -51,6 +58,8 @@ export type RuntimeOptions = {
   /** Whether this instance competes to run the projector (tests may run a command-only instance). */
   runProjector?: boolean;
   projectorBatchSize?: number;
+  /** Whether this instance keeps the integrity trees (tests may run one that does not). */
+  runTreeKeeper?: boolean;
 };
 
 async function resolveAuth(config: Config): Promise<AuthSettings> {
@@ -104,10 +113,24 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     if (stores.store instanceof PostgresEventStore) stores.store.readLocally(() => projector.isActive);
 
     const snapshots = new PostgresSnapshots(pool, logger);
+    const signingKey = await loadSigningKey(config.audit.signingKey, config.dataDir);
+    await registerSigningKey(pool, signingKey.publicJwk);
+    const clock = createClock();
+    const treeKeeper = new TreeKeeper({
+      pool,
+      store,
+      key: signingKey,
+      now: clock,
+      before: (timestamp, milliseconds) => fromMicros(toMicros(timestamp) - BigInt(milliseconds) * 1000n),
+      logger: logger.child({ component: 'integrity' }),
+      checkpointIntervalMs: config.audit.checkpointIntervalMs,
+    });
+    if (options.runTreeKeeper ?? true) treeKeeper.start();
+
     const commands = new CommandHandlers({
       store,
       cascade,
-      clock: createClock(),
+      clock,
       newId: (prefix, seed) => `${prefix}${seed === undefined ? nanoid() : idFromSeed(seed)}`,
       awaitProjection: async (position, timeoutMs) => {
         // Behind by more than the wait could make up at the rate the projection moves (a backlog
@@ -137,6 +160,10 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),
       provenance: (kind, id, organizations, asOf, pointer) => recordProvenance(store, kind, id, organizations, asOf, pointer),
       diff: (kind, id, organizations, from, to) => recordDiff(store, kind, id, organizations, from, to),
+      checkpoint: (organizationId, organizations, size) => getCheckpoint(pool, organizationId, organizations, size),
+      recordProof: (kind, id, organizations, size) => recordProof(pool, store, kind, id, organizations, size),
+      consistencyProof: (organizationId, organizations, fromSize, toSize) =>
+        consistencyProof(pool, organizationId, organizations, fromSize, toSize),
     };
 
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });
@@ -160,6 +187,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
         queries,
         readiness,
         metrics,
+        auditKeys: () => auditKeys(pool),
       },
       auth,
       databaseUrl,
@@ -168,7 +196,9 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       projector,
       progress,
       cascade,
+      treeKeeper,
       close: async () => {
+        await treeKeeper.stop();
         await projector.stop();
         await cascade.close();
         progress.close();

@@ -8,9 +8,11 @@ import {
   type EventStore,
   type GlobalPosition,
   type NewEvent,
+  type StreamHead,
 } from '../eventstore/port.js';
 import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
+import { chainHead, hashAppended, storedHashes } from '../integrity/hashes.js';
 import type { RecentStates } from './recent-states.js';
 import { loadRecord, type Loaded } from './load-record.js';
 import { snapshotInterval, type SnapshotStore } from './snapshots.js';
@@ -147,8 +149,10 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
   known: Loaded<State>,
   streamName: string,
   observer: CommandObserver | undefined,
-): Promise<{ decisions: Decision<State>[]; events: NewEvent[]; state: State; occurredAt: Timestamp | undefined }> {
+): Promise<{ decisions: Decision<State>[]; events: NewEvent[]; state: State; hash: string; occurredAt: Timestamp | undefined }> {
   let state = known.state;
+  // Each event's hash covers the one before it (contract §16), from the stream's last.
+  let hash = known.head.hash;
   let occurredAt: Timestamp | undefined;
   let size = 0;
   const events: NewEvent[] = [];
@@ -161,19 +165,30 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
       const decidedEvents = job.decider.decide(command, state);
       observer?.onStep?.('decide', (performance.now() - decided) / 1000);
       const version = known.head.version + BigInt(events.length);
+      const hashes = hashAppended(
+        decidedEvents.map((event, index) => ({
+          type: event.type,
+          data: event.data,
+          metadata: event.metadata,
+          streamName,
+          version: version + BigInt(index + 1),
+        })),
+        hash,
+      );
       for (const [index, event] of decidedEvents.entries()) {
         size += JSON.stringify(event.data).length;
         const id = eventId(job.request.commandId ?? job.request.requestId, streamName, version, index, event);
-        events.push({ id, type: event.type, data: event.data, metadata: event.metadata });
+        events.push({ id, type: event.type, data: event.data, metadata: { ...event.metadata, ...hashes[index] } });
         occurredAt = event.metadata.occurred_at;
       }
+      hash = hashes.at(-1)?.hash ?? hash;
       state = decidedEvents.reduce(job.decider.evolve, state);
       decisions.push({ state });
     } catch (error) {
       decisions.push({ error });
     }
   }
-  return { decisions, events, state, occurredAt };
+  return { decisions, events, state, hash, occurredAt };
 }
 
 /**
@@ -208,7 +223,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
         decider,
         record.events.map((logged) => logged.event),
       ),
-      head: { version: record.version },
+      head: { version: record.version, hash: chainHead(record.events.map((logged) => logged.stored)) },
     };
   } else if (pending.every((job) => job.newStream)) known = fresh(decider);
   else known = recent?.get<State>(streamName);
@@ -216,7 +231,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
   let attempt = 1;
   while (pending.length > 0) {
     const current = known ?? (await timed(observer, 'read', () => loadState(store, streamName, decider, snapshots)));
-    const { decisions, events, state, occurredAt } = await decideInTurn(pending, current, streamName, observer);
+    const { decisions, events, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, observer);
     const settle = (position: GlobalPosition | undefined) => {
       decisions.forEach((decision, index) =>
         'error' in decision ? pending[index]!.fail(decision.error) : pending[index]!.resolve({ state: decision.state, position }),
@@ -230,7 +245,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
     }
     try {
       const { position } = await timed(observer, 'append', () => store.append(streamName, current.head.version, events));
-      known = { state, head: { version: current.head.version + BigInt(events.length) } };
+      known = { state, head: { version: current.head.version + BigInt(events.length), hash } };
       recent?.set(streamName, known.head, state);
       if (snapshots && known.head.version / snapshotInterval > current.head.version / snapshotInterval) {
         void snapshots.save([{ streamName, head: known.head, eventId: events.at(-1)!.id, occurredAt: occurredAt!, state }]);
@@ -251,8 +266,9 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
     // Another writer appended first: read what it appended, no more, and decide again on top of it.
     const after = await timed(observer, 'read', () => readRecordRange(store, streamName, { from: current.head.version + 1n }));
     const last = after.read.at(-1);
-    if (!last)
-      known = undefined; // The state in memory was not the stream's after all: read it whole.
+    const head = last && headAfter(current.head, after.events, last.version);
+    // Without `head`, the state in memory was not the stream's after all, or what came after has no stored hash: read it whole.
+    if (!head) known = undefined;
     else {
       pending = await answerExecuted(pending, after.events, current.state);
       known = {
@@ -261,11 +277,23 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
           after.events.map((logged) => logged.event),
           current.state,
         ),
-        head: { version: last.version },
+        head,
       };
     }
     await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
   }
+}
+
+/**
+ * The stream's head at `version` after `head`, given the service's events read between (others'
+ * events are not chained): the last one's stored hash. Undefined when that event was stored before
+ * hashes existed, whose hash takes the whole chain to compute.
+ */
+export function headAfter(head: StreamHead, events: LoggedEvent[], version: bigint): StreamHead | undefined {
+  const last = events.at(-1);
+  if (!last) return { version, hash: head.hash };
+  const hash = storedHashes(last.stored.metadata)?.hash;
+  return hash === undefined ? undefined : { version, hash };
 }
 
 /**

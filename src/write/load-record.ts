@@ -1,8 +1,9 @@
-import { readRecordRange } from '../eventstore/event-log.js';
+import { readRecord, readRecordRange } from '../eventstore/event-log.js';
 import { emptyStreamHead, type EventStore, type StreamHead } from '../eventstore/port.js';
 import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
 import type { Timestamp } from '../domain/timestamp.js';
+import { chainHead, storedHashes } from '../integrity/hashes.js';
 import { snapshotInterval, type RecordSnapshot, type SnapshotStore } from './snapshots.js';
 
 /** A record's state and the stream head it reflects (what the next append expects). */
@@ -52,7 +53,14 @@ async function foldFrom<State, Event extends DomainEvent>(
   start: RecordSnapshot | undefined,
 ): Promise<Loaded<State> | undefined> {
   let state = start ? (start.state as State) : decider.initialState;
-  let head = start?.head ?? emptyStreamHead;
+  let version = start?.head.version ?? 0n;
+  // The hash of the last of the service's events read, for the next append's `previous_hash`;
+  // undefined once one was stored before hashes existed (its hash needs the chain from the start).
+  let hash: string | undefined = start ? undefined : emptyStreamHead.hash;
+  const head = async (): Promise<StreamHead> => ({
+    version,
+    hash: hash ?? chainHead((await readRecord(store, streamName)).events.map((logged) => logged.stored)),
+  });
   const made: RecordSnapshot[] = [];
   const keep = () => {
     if (snapshots && made.length > 0) void snapshots.save(made);
@@ -62,21 +70,22 @@ async function foldFrom<State, Event extends DomainEvent>(
     const page = await readRecordRange(store, streamName, { from, limit: pageSize });
     if (start && from === start.head.version && page.read[0]?.id !== start.eventId) return undefined;
     for (const logged of page.events) {
-      if (logged.version <= head.version) continue;
       const occurredAt = logged.event.metadata.occurred_at;
-      if (until !== undefined && occurredAt > until) {
+      if (logged.version > version && until !== undefined && occurredAt > until) {
         keep();
-        return { state, head };
+        return { state, head: await head() };
       }
+      hash = storedHashes(logged.stored.metadata)?.hash;
+      if (logged.version <= version) continue;
       state = decider.evolve(state, logged.event as Envelope<Event>);
       if (logged.version % snapshotInterval === 0n)
         made.push({ streamName, head: { version: logged.version }, eventId: logged.id, occurredAt, state });
     }
     const last = page.read.at(-1);
-    if (last && last.version > head.version) head = { version: last.version };
+    if (last && last.version > version) version = last.version;
     if (!last || page.read.length < pageSize) break;
     from = last.version + 1n;
   }
   keep();
-  return { state, head };
+  return { state, head: await head() };
 }

@@ -32,9 +32,13 @@ export class RecentStates {
     const nameBytes = this.arena.readUInt16BE(at);
     const jsonStart = at + recordHeaderBytes + nameBytes;
     const json = this.arena.toString('utf8', jsonStart, jsonStart + this.arena.readUInt32BE(at + 2));
-    return { head: { version: this.arena.readBigUInt64BE(at + 6) }, state: JSON.parse(json) as State };
+    return {
+      head: { version: this.arena.readBigUInt64BE(at + 6), hash: this.arena.toString('hex', at + 14, at + recordHeaderBytes) },
+      state: JSON.parse(json) as State,
+    };
   }
 
+  /** `head.hash`: the hash of the stream's last event (src/integrity/hashes.ts), the next event's `previous_hash`. */
   set(streamName: string, head: StreamHead, state: unknown): void {
     this.forget(streamName);
     const json = JSON.stringify(state);
@@ -47,6 +51,7 @@ export class RecentStates {
     this.arena.writeUInt16BE(nameBytes, at);
     this.arena.writeUInt32BE(size - recordHeaderBytes - nameBytes, at + 2);
     this.arena.writeBigUInt64BE(head.version, at + 6);
+    this.arena.write(head.hash, at + 14, 'hex');
     this.arena.write(streamName, at + recordHeaderBytes);
     this.arena.write(json, at + recordHeaderBytes + nameBytes);
     this.head = at + size;
@@ -90,5 +95,5 @@ export class RecentStates {
   }
 }
 
-/** A record: the stream name's length (16 bits), the JSON text's length (32), the version (64), the name, the text. */
-const recordHeaderBytes = 14;
+/** A record: the stream name's length (16 bits), the JSON text's length (32), the version (64), the last event's hash (256), the name, the text. */
+const recordHeaderBytes = 46;

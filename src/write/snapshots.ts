@@ -20,8 +20,8 @@ export const snapshotFormat = 1;
 
 export type RecordSnapshot = {
   streamName: string;
-  /** The stream's head the state reflects: the version of the last event folded into it. */
-  head: StreamHead;
+  /** The stream's head the state reflects: the version of the last event folded into it (its hash is that event's own). */
+  head: Pick<StreamHead, 'version'>;
   /** The id of the event at `head.version`: a stream that no longer has it there (a store replaced) makes the snapshot void. */
   eventId: string;
   /** When that event occurred: `as_of` starts from the latest snapshot at or before its instant. */

@@ -7,7 +7,7 @@ import { operations } from '../../src/api/operations.js';
 import { launchChromium } from '../support/browser.js';
 import { schemaRefFor } from '../support/openapi-conformance.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { allScopes, expectError, jsonHeaders, ok, rawPost } from './helpers.js';
+import { allScopes, checkpointCovering, expectError, jsonHeaders, ok, rawPost } from './helpers.js';
 
 const screenshots = path.resolve('test-results');
 const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { version: string };
@@ -15,7 +15,7 @@ const { version } = JSON.parse(readFileSync('package.json', 'utf8')) as { versio
 describe('the API document and the docs page', () => {
   let service: TestService;
   beforeAll(async () => {
-    service = await startTestService();
+    service = await startTestService({ env: { AUDIT_CHECKPOINT_INTERVAL_MS: '100' } });
   });
   afterAll(() => service?.close());
 
@@ -61,6 +61,7 @@ describe('the API document and the docs page', () => {
     const scopeless = await service.token([org], '');
     const workspace = await ok(service, token, 'create_workspace', { organization_id: org, name: 'Doc' });
     const solution = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Doc' });
+    const signed = await checkpointCovering(service, token, org, 2);
     const valid: Record<string, Record<string, unknown>> = {
       get_workspace: { id: workspace.id },
       get_workspace_history: { id: workspace.id, page: 1, size: 10 },
@@ -76,6 +77,10 @@ describe('the API document and the docs page', () => {
       get_solution_provenance: { id: solution.id },
       diff_workspace: { id: workspace.id, from: workspace.created_at },
       diff_solution: { id: solution.id, from: '2000-01-01T00:00:00Z' },
+      get_checkpoint: { organization_id: org },
+      get_workspace_proof: { id: workspace.id },
+      get_solution_proof: { id: solution.id },
+      get_consistency_proof: { organization_id: org, from_size: signed.size, to_size: signed.size },
       // Last, so the records above stay for the others.
       delete_solution: { id: solution.id },
       delete_workspace: { id: workspace.id },
@@ -94,6 +99,10 @@ describe('the API document and the docs page', () => {
       get_solution_provenance: { id: 'sol_missing' },
       diff_workspace: { id: 'ws_missing', from: '2000-01-01T00:00:00Z' },
       diff_solution: { id: 'sol_missing', from: '2000-01-01T00:00:00Z' },
+      get_checkpoint: { organization_id: 'org_elsewhere' },
+      get_workspace_proof: { id: 'ws_missing' },
+      get_solution_proof: { id: 'sol_missing' },
+      get_consistency_proof: { organization_id: org, from_size: 1, to_size: 999_999 },
     };
     const send = (query: string, params: unknown, headers: Record<string, string> = jsonHeaders(token), extra = {}) =>
       rawPost(service, JSON.stringify({ query, params, ...extra }), headers);

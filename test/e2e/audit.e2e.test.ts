@@ -1,9 +1,14 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
+import { canonicalJson } from '../../src/integrity/hashes.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { solutionStream } from '../../src/eventstore/stream-names.js';
 import { fromMicros, toMicros } from '../../src/domain/timestamp.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { before } from './helpers.js';
+
+const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+const hexHash = expect.stringMatching(/^[0-9a-f]{64}$/);
+const hashes = { hash: hexHash, previous_hash: hexHash, data_hash: hexHash };
 
 describe('audit history and point-in-time reads (contract §12)', () => {
   let service: TestService;
@@ -37,6 +42,7 @@ describe('audit history and point-in-time reads (contract §12)', () => {
           occurred_at: created.created_at,
           actor: 'alice',
           data: { id: created.id, organization_id: 'org_audit', name: 'v1', description: '', attributes: {} },
+          ...hashes,
         },
         {
           version: 2,
@@ -44,6 +50,7 @@ describe('audit history and point-in-time reads (contract §12)', () => {
           occurred_at: renamed.updated_at,
           actor: 'bob',
           data: { id: created.id, name: 'v2', attributes: { a: 1 } },
+          ...hashes,
         },
         {
           version: 3,
@@ -51,9 +58,14 @@ describe('audit history and point-in-time reads (contract §12)', () => {
           occurred_at: described.updated_at,
           actor: 'alice',
           data: { id: created.id, name: 'v3', description: 'd' },
+          ...hashes,
         },
       ],
     });
+    // Each event's hashes (contract §16): its data's, and the chain from 64 zeros.
+    const items = history.body.data.items as { data: unknown; hash: string; previous_hash: string; data_hash: string }[];
+    expect(items.map((item) => item.previous_hash)).toEqual(['0'.repeat(64), items[0]!.hash, items[1]!.hash]);
+    for (const item of items) expect(item.data_hash).toBe(sha256(canonicalJson(item.data)));
 
     const secondPage = await callApi(service, alice, 'get_workspace_history', { id: created.id, page: 2, size: 2 });
     expect(secondPage.body.data.total).toBe(3);
@@ -148,7 +160,13 @@ describe('audit history and point-in-time reads (contract §12)', () => {
       occurred_at: occurredAt,
       actor: 'legacy-writer',
       data: { id: solution.id, organization_id: 'org_audit', workspace_id: workspace.id, reason: 'requested' },
+      ...hashes,
     });
+    // Stored before hashes existed, it gets them computed over its stored form, before upcasting.
+    expect(history.items[1].data_hash).toBe(
+      sha256(canonicalJson({ id: solution.id, organization_id: 'org_audit', workspace_id: workspace.id })),
+    );
+    expect(history.items[1].previous_hash).toBe(history.items[0].hash);
     expect((await callApi(service, alice, 'get_solution', { id: solution.id })).status).toBe(404);
     const list = (await callApi(service, alice, 'list_solutions', { page: 1, size: 10, workspace_id: workspace.id })).body.data;
     expect(list.total).toBe(0);

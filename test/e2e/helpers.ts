@@ -2,7 +2,7 @@ import { expect } from 'vitest';
 import { fromMicros, toMicros } from '../../src/domain/timestamp.js';
 import { createClient, type Client, type OperationName, type Params, type Result } from '../../src/client/index.js';
 import { conformingFetch } from '../support/openapi-conformance.js';
-import { type ApiResponse, type TestService } from '../support/service.js';
+import { callApi, type ApiResponse, type TestService } from '../support/service.js';
 
 /** Contract §8: `YYYY-MM-DDTHH:MM:SS.ffffffZ`. */
 export const timestampPattern = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/;
@@ -144,3 +144,18 @@ export function expectSolutionShape(solution: any): void {
 export const envelopeWithRawParams = (query: string, rawParams: string) => `{"query":${JSON.stringify(query)},"params":${rawParams}}`;
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The organization's latest signed checkpoint once it covers at least `size` events (contract §16). */
+export async function checkpointCovering(
+  service: Pick<TestService, 'url'>,
+  token: string,
+  organizationId: string,
+  size: number,
+): Promise<Result<'get_checkpoint'>> {
+  for (let attempt = 0; attempt < 400; attempt++) {
+    const answer = await callApi(service, token, 'get_checkpoint', { organization_id: organizationId });
+    if (answer.status === 200 && answer.body.data.size >= size) return answer.body.data;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`no checkpoint of ${organizationId} covers ${size} events`);
+}

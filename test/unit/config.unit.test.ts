@@ -41,7 +41,13 @@ describe('parseConfig', () => {
       logLevel: 'info',
       metrics: { port: undefined, host: '127.0.0.1' },
       tracing: { tracesUrl: undefined, serviceName: 'workspace-solution-api' },
+      audit: { signingKey: undefined, checkpointIntervalMs: 5000 },
     });
+  });
+
+  it('refuses an audit signing key that is not a PEM private key, and a checkpoint interval over 10 s', () => {
+    expect(() => parseConfig({ AUDIT_SIGNING_KEY: 'secret' })).toThrow(/AUDIT_SIGNING_KEY: must be a PKCS#8 PEM private key/);
+    expect(() => parseConfig({ AUDIT_CHECKPOINT_INTERVAL_MS: '10001' })).toThrow(/AUDIT_CHECKPOINT_INTERVAL_MS/);
   });
 
   it('treats empty strings as unset', () => {
@@ -64,6 +70,8 @@ describe('parseConfig', () => {
       OTEL_EXPORTER_OTLP_ENDPOINT: '',
       OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: '',
       OTEL_SERVICE_NAME: '',
+      AUDIT_SIGNING_KEY: '',
+      AUDIT_CHECKPOINT_INTERVAL_MS: '',
     };
     expect(parseConfig(empty)).toEqual(parseConfig({}));
   });
@@ -90,6 +98,8 @@ describe('parseConfig', () => {
       METRICS_HOST: '10.0.0.5',
       OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://collector:4318/custom/traces',
       OTEL_SERVICE_NAME: 'wsapi-eu',
+      AUDIT_SIGNING_KEY: 'line\\n-----BEGIN PRIVATE KEY-----\\nMC4CAQAwBQYDK2VwBCIEIA==\\n-----END PRIVATE KEY-----',
+      AUDIT_CHECKPOINT_INTERVAL_MS: '1000',
     });
     expect(config).toEqual({
       purpose: 'serve',
@@ -109,6 +119,10 @@ describe('parseConfig', () => {
       logLevel: 'debug',
       metrics: { port: 9464, host: '10.0.0.5' },
       tracing: { tracesUrl: 'http://collector:4318/custom/traces', serviceName: 'wsapi-eu' },
+      audit: {
+        signingKey: 'line\n-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----',
+        checkpointIntervalMs: 1000,
+      },
     });
   });
 

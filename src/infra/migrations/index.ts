@@ -7,6 +7,7 @@ import { appendBatch } from './0006-append-batch.js';
 import { projectionDeadLetters } from './0007-projection-dead-letters.js';
 import { roomForUpdates } from './0008-room-for-updates.js';
 import { recordSnapshots } from './0009-record-snapshots.js';
+import { integrity } from './0010-integrity.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -22,4 +23,5 @@ export const migrations: readonly Migration[] = [
   projectionDeadLetters,
   roomForUpdates,
   recordSnapshots,
+  integrity,
 ];

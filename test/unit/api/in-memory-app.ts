@@ -51,6 +51,7 @@ export async function startInMemoryApp(
       queries: (options.queries ?? {}) as Queries,
       readiness: async () => ({ ready: true, checks: {} }),
       metrics: new Metrics(),
+      auditKeys: async () => ({ keys: [] }),
     },
     logger,
     bodyLimitBytes: options.bodyLimitBytes ?? 1024 * 1024,

@@ -6,7 +6,7 @@ import openapiTS, { astToString } from 'openapi-typescript';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { openApiDocument } from '../../../src/api/openapi.js';
-import { operations } from '../../../src/api/operations.js';
+import { operations, scopesOf } from '../../../src/api/operations.js';
 import { operationKinds } from '../../../src/client/index.js';
 
 const document = openApiDocument('0.0.0-test');
@@ -29,10 +29,12 @@ describe('the OpenAPI document', () => {
     for (const [name, operation] of Object.entries(operations)) {
       const documented = apiOperation(name);
       expect(documented.operationId).toBe(name);
-      expect(documented.security).toEqual([{ bearerAuth: [operation.scope] }]);
+      expect(documented.security).toEqual(scopesOf(name as keyof typeof operations).map((scope) => ({ bearerAuth: [scope] })));
       const headers = documented.parameters.map((parameter) => parameter.$ref);
       expect(headers.includes('#/components/parameters/IdempotencyKey')).toBe(operation.kind === 'command');
     }
+    // The integrity queries take either read scope: two requirements, any one of which grants them.
+    expect(apiOperation('get_checkpoint').security).toEqual([{ bearerAuth: ['workspaces:read'] }, { bearerAuth: ['solutions:read'] }]);
     const documentedOperations = Object.keys(document.paths).filter((key) => key.startsWith('/api#'));
     expect(documentedOperations.sort()).toEqual(
       Object.keys(operations)

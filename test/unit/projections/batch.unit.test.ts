@@ -90,6 +90,15 @@ describe('rowsToLoad', () => {
     streamName,
     version,
     position: { commit: 1n, prepare: BigInt(index) },
+    stored: {
+      id: `event-${index}`,
+      streamName,
+      version,
+      type: event.type,
+      data: event.data,
+      metadata: event.metadata,
+      position: { commit: 1n, prepare: BigInt(index) },
+    },
   });
 
   it('leaves out the records whose stream begins in the batch, and the solutions of a workspace begun there', () => {

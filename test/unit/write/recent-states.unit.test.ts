@@ -1,35 +1,38 @@
 import { describe, expect, it } from 'vitest';
 import { RecentStates } from '../../../src/write/recent-states.js';
 
+/** The hash of a stream's last event, kept beside its version. */
+const head = 'ab'.repeat(32);
+
 describe('RecentStates', () => {
   it('gives back the version and state last set for a stream, and nothing once forgotten', () => {
     const recent = new RecentStates();
-    recent.set('workspace-ws_1', { version: 2n }, { status: 'active' });
-    expect(recent.get('workspace-ws_1')).toEqual({ head: { version: 2n }, state: { status: 'active' } });
-    recent.set('workspace-ws_1', { version: 3n }, { status: 'deleted' });
-    expect(recent.get('workspace-ws_1')).toEqual({ head: { version: 3n }, state: { status: 'deleted' } });
+    recent.set('workspace-ws_1', { version: 2n, hash: head }, { status: 'active' });
+    expect(recent.get('workspace-ws_1')).toEqual({ head: { version: 2n, hash: head }, state: { status: 'active' } });
+    recent.set('workspace-ws_1', { version: 3n, hash: head }, { status: 'deleted' });
+    expect(recent.get('workspace-ws_1')).toEqual({ head: { version: 3n, hash: head }, state: { status: 'deleted' } });
     recent.forget('workspace-ws_1');
     expect(recent.get('workspace-ws_1')).toBeUndefined();
   });
 
   it('keeps within its bytes by dropping the least recently written', () => {
-    const state = (n: number) => ({ name: 'x'.repeat(90), n }); // a record of about 125 bytes with its name and version
-    const recent = new RecentStates(1200); // room for 9
-    for (let i = 0; i < 10; i++) recent.set(`s-${i}`, { version: 1n }, state(i));
+    const state = (n: number) => ({ name: 'x'.repeat(90), n }); // a record of about 160 bytes with its name, version and hash
+    const recent = new RecentStates(1500); // room for 9
+    for (let i = 0; i < 10; i++) recent.set(`s-${i}`, { version: 1n, hash: head }, state(i));
     expect(recent.get('s-0')).toBeUndefined();
-    recent.set('s-1', { version: 2n }, state(1)); // written again: now the most recent
-    recent.set('s-10', { version: 1n }, state(10));
-    recent.set('s-11', { version: 1n }, state(11));
-    expect(recent.get('s-1')).toEqual({ head: { version: 2n }, state: state(1) });
+    recent.set('s-1', { version: 2n, hash: head }, state(1)); // written again: now the most recent
+    recent.set('s-10', { version: 1n, hash: head }, state(10));
+    recent.set('s-11', { version: 1n, hash: head }, state(11));
+    expect(recent.get('s-1')).toEqual({ head: { version: 2n, hash: head }, state: state(1) });
     expect(recent.get('s-2')).toBeUndefined();
-    expect(recent.get('s-11')).toEqual({ head: { version: 1n }, state: state(11) });
+    expect(recent.get('s-11')).toEqual({ head: { version: 1n, hash: head }, state: state(11) });
   });
 
   it("going round its buffer many times, gives back each stream's last state or nothing, never an older or a broken one", () => {
     let seed = 7;
     const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
     const recent = new RecentStates(4096);
-    const last = new Map<string, { head: { version: bigint }; state: unknown }>();
+    const last = new Map<string, { head: { version: bigint; hash: string }; state: unknown }>();
     const written: string[] = [];
     for (let i = 0; i < 20_000; i++) {
       const stream = `workspace-ws_${Math.floor(random() * 200)}`;
@@ -38,7 +41,7 @@ describe('RecentStates', () => {
         last.delete(stream);
         continue;
       }
-      const entry = { head: { version: BigInt(i) }, state: { i, text: 'é'.repeat(Math.floor(random() * 200)) } };
+      const entry = { head: { version: BigInt(i), hash: head }, state: { i, text: 'é'.repeat(Math.floor(random() * 200)) } };
       recent.set(stream, entry.head, entry.state);
       last.set(stream, entry);
       written.push(stream);
@@ -56,7 +59,7 @@ describe('RecentStates', () => {
 
   it('hands every reader its own copy of the state', () => {
     const recent = new RecentStates();
-    recent.set('workspace-ws_1', { version: 1n }, { status: 'active', workspace: { attributes: { team: 'a' } } });
+    recent.set('workspace-ws_1', { version: 1n, hash: head }, { status: 'active', workspace: { attributes: { team: 'a' } } });
     const first = recent.get<{ workspace: { attributes: Record<string, string> } }>('workspace-ws_1')!;
     first.state.workspace.attributes.team = 'changed by a reader';
     expect(recent.get('workspace-ws_1')!.state).toEqual({ status: 'active', workspace: { attributes: { team: 'a' } } });
@@ -64,13 +67,13 @@ describe('RecentStates', () => {
 
   it('does not keep a state too large for a fair share of the budget', () => {
     const recent = new RecentStates(1600);
-    recent.set('big', { version: 1n }, { documentation: 'x'.repeat(200) });
+    recent.set('big', { version: 1n, hash: head }, { documentation: 'x'.repeat(200) });
     expect(recent.get('big')).toBeUndefined();
   });
 
   it('does not keep a record whose stream name would not read back from UTF-8', () => {
     const recent = new RecentStates(1600);
-    recent.set('workspace-\ud800', { version: 1n }, { status: 'active' });
+    recent.set('workspace-\ud800', { version: 1n, hash: head }, { status: 'active' });
     expect(recent.get('workspace-\ud800')).toBeUndefined();
   });
 });

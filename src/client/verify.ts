@@ -1,0 +1,191 @@
+import type { ResultOf } from '../api/schemas.js';
+
+/**
+ * Verification anyone can run (contract §16): from the service's answers alone (a proof, the
+ * checkpoints and the JWKS of `/audit-keys`), with WebCrypto, nothing of the server. It recomputes
+ * each event's hashes from its stored form, follows the stream's hash chain, climbs the RFC 9162
+ * inclusion path to the checkpoint's root, and checks the checkpoint's Ed25519 signature.
+ */
+
+export type Checkpoint = ResultOf<'get_checkpoint'>;
+export type RecordProof = ResultOf<'get_workspace_proof'> | ResultOf<'get_solution_proof'>;
+export type ConsistencyProof = ResultOf<'get_consistency_proof'>;
+/** The JWKS `GET /audit-keys` answers. */
+export type AuditKeys = { keys: { kty: string; crv?: string; x?: string; kid?: string }[] };
+
+/** What the verification found: `valid` when nothing is wrong; else each problem, with the event's version where it is one event's. */
+export type Verification = { valid: boolean; problems: { version?: number; message: string }[] };
+
+const zeroHash = '0'.repeat(64);
+
+/** RFC 8785 canonical JSON of a JSON value (as JSON.parse gives them): keys sorted by UTF-16 code units, ECMAScript number form. */
+export function canonicalJson(value: unknown): string {
+  if (typeof value === 'number' && !Number.isFinite(value)) throw new TypeError('JSON has no such number');
+  if (value === null || typeof value !== 'object') return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(',')}]`;
+  const object = value as Record<string, unknown>;
+  const members = Object.keys(object)
+    .filter((key) => object[key] !== undefined)
+    .sort()
+    .map((key) => `${JSON.stringify(key)}:${canonicalJson(object[key])}`);
+  return `{${members.join(',')}}`;
+}
+
+const hex = (bytes: ArrayBuffer | Uint8Array) => Array.from(new Uint8Array(bytes), (byte) => byte.toString(16).padStart(2, '0')).join('');
+const fromHex = (text: string) => Uint8Array.from(text.match(/../g) ?? [], (pair) => parseInt(pair, 16));
+const fromBase64Url = (text: string) => Uint8Array.from(atob(text.replace(/-/g, '+').replace(/_/g, '/')), (char) => char.charCodeAt(0));
+
+const sha256 = async (bytes: Uint8Array) => new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+const sha256Text = async (text: string) => hex(await sha256(new TextEncoder().encode(text)));
+
+const concat = (...parts: Uint8Array[]) => {
+  const joined = new Uint8Array(parts.reduce((length, part) => length + part.length, 0));
+  let at = 0;
+  for (const part of parts) {
+    joined.set(part, at);
+    at += part.length;
+  }
+  return joined;
+};
+const leafHash = (eventHash: string) => sha256(concat(Uint8Array.of(0), fromHex(eventHash)));
+const nodeHash = (left: Uint8Array, right: Uint8Array) => sha256(concat(Uint8Array.of(1), left, right));
+
+const isOdd = (n: number) => n % 2 === 1;
+const half = (n: number) => Math.floor(n / 2);
+
+/** RFC 9162 §2.1.3.2: the root the inclusion path leads to from leaf `index` of a tree of `size`, or undefined when the path cannot fit. */
+export async function rootFromInclusionPath(
+  eventHash: string,
+  index: number,
+  size: number,
+  path: readonly string[],
+): Promise<string | undefined> {
+  if (index < 0 || index >= size) return undefined;
+  let fn = index;
+  let sn = size - 1;
+  let r = await leafHash(eventHash);
+  for (const sibling of path.map(fromHex)) {
+    if (sn === 0) return undefined;
+    if (isOdd(fn) || fn === sn) {
+      r = await nodeHash(sibling, r);
+      while (!isOdd(fn) && fn !== 0) [fn, sn] = [half(fn), half(sn)];
+    } else r = await nodeHash(r, sibling);
+    [fn, sn] = [half(fn), half(sn)];
+  }
+  return sn === 0 ? hex(r) : undefined;
+}
+
+/** RFC 9162 §2.1.4.2: whether `path` proves the tree of `fromSize` with root `fromRoot` a prefix of the tree of `toSize` with root `toRoot`. */
+export async function consistencyPathValid(
+  fromSize: number,
+  fromRoot: string,
+  toSize: number,
+  toRoot: string,
+  path: readonly string[],
+): Promise<boolean> {
+  if (fromSize <= 0 || fromSize > toSize) return false;
+  if (fromSize === toSize) return path.length === 0 && fromRoot === toRoot;
+  // A tree whose size is a power of two is a node of the larger one: the path leaves out its root, known already.
+  const nodes = Number.isInteger(Math.log2(fromSize)) ? [fromRoot, ...path] : [...path];
+  if (nodes.length === 0) return false;
+  let fn = fromSize - 1;
+  let sn = toSize - 1;
+  while (isOdd(fn)) [fn, sn] = [half(fn), half(sn)];
+  let fr = fromHex(nodes[0]!);
+  let sr = fr;
+  for (const c of nodes.slice(1).map(fromHex)) {
+    if (sn === 0) return false;
+    if (isOdd(fn) || fn === sn) {
+      fr = await nodeHash(c, fr);
+      sr = await nodeHash(c, sr);
+      while (!isOdd(fn) && fn !== 0) [fn, sn] = [half(fn), half(sn)];
+    } else sr = await nodeHash(sr, c);
+    [fn, sn] = [half(fn), half(sn)];
+  }
+  return hex(fr) === fromRoot && hex(sr) === toRoot && sn === 0;
+}
+
+/** Whether the checkpoint carries a valid Ed25519 signature by its key in `keys`. */
+export async function checkpointSignatureValid(checkpoint: Checkpoint, keys: AuditKeys): Promise<boolean> {
+  const jwk = keys.keys.find((key) => key.kid === checkpoint.key_id);
+  if (!jwk || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || !jwk.x) return false;
+  const { organization_id, size, root_hash, timestamp } = checkpoint;
+  try {
+    const key = await crypto.subtle.importKey('jwk', { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, { name: 'Ed25519' }, false, ['verify']);
+    const signed = new TextEncoder().encode(canonicalJson({ organization_id, size, root_hash, timestamp }));
+    return await crypto.subtle.verify({ name: 'Ed25519' }, key, fromBase64Url(checkpoint.signature), signed);
+  } catch {
+    // A malformed key or signature verifies nothing: the answer is that it is not valid.
+    return false;
+  }
+}
+
+const sameTree = (a: Checkpoint, b: Checkpoint) =>
+  a.organization_id === b.organization_id && a.size === b.size && a.root_hash === b.root_hash;
+
+/**
+ * Verifies a record's proof (`get_workspace_proof` / `get_solution_proof`) against a checkpoint
+ * the auditor holds and the service's keys: every event's hashes recomputed from its stored form,
+ * the stream's chain unbroken from its first event, each event in the checkpoint's tree, and the
+ * checkpoint signed. Ask for the proof with the checkpoint's `size`.
+ */
+export async function verifyRecord(proof: RecordProof, checkpoint: Checkpoint, keys: AuditKeys): Promise<Verification> {
+  const problems: Verification['problems'] = [];
+  if (!(await checkpointSignatureValid(checkpoint, keys)))
+    problems.push({ message: `checkpoint of size ${checkpoint.size}: the signature does not verify` });
+  if (!sameTree(proof.checkpoint, checkpoint)) {
+    problems.push({
+      message: `the proof is for the tree of size ${proof.checkpoint.size} (${proof.checkpoint.root_hash}), not the checkpoint's`,
+    });
+  }
+  if (proof.events.length === 0) problems.push({ message: 'the proof holds no event' });
+  let previous = zeroHash;
+  for (const [index, event] of proof.events.entries()) {
+    const at = (message: string) => problems.push({ version: event.version, message });
+    if (event.version !== index + 1) at(`expected version ${index + 1}: an event is missing or out of place`);
+    const dataHash = await sha256Text(canonicalJson(event.stored_data));
+    if (dataHash !== event.data_hash) at(`data_hash is ${event.data_hash}, the stored data hashes to ${dataHash}`);
+    if (event.previous_hash !== previous) at(`previous_hash is ${event.previous_hash}, the previous event's hash is ${previous}`);
+    const hash = await sha256Text(
+      canonicalJson({
+        stream: event.stream,
+        version: event.version,
+        type: event.type,
+        schema_version: event.schema_version,
+        occurred_at: event.occurred_at,
+        actor: event.actor,
+        data_hash: dataHash,
+        previous_hash: previous,
+      }),
+    );
+    if (hash !== event.hash) at(`hash is ${event.hash}, the event hashes to ${hash}`);
+    const root = await rootFromInclusionPath(event.hash, event.leaf_index, checkpoint.size, event.inclusion_path);
+    if (root !== checkpoint.root_hash)
+      at(`leaf ${event.leaf_index} is not in the checkpoint's tree: its inclusion path leads to ${root ?? 'no root'}`);
+    previous = event.hash;
+  }
+  return { valid: problems.length === 0, problems };
+}
+
+/**
+ * Verifies that the tree of `newer` extends the tree of `older`, both signed: the log was only
+ * appended to between them (`get_consistency_proof` from `older.size` to `newer.size`).
+ */
+export async function verifyConsistency(
+  older: Checkpoint,
+  newer: Checkpoint,
+  proof: ConsistencyProof,
+  keys: AuditKeys,
+): Promise<Verification> {
+  const problems: Verification['problems'] = [];
+  for (const checkpoint of [older, newer]) {
+    if (!(await checkpointSignatureValid(checkpoint, keys)))
+      problems.push({ message: `checkpoint of size ${checkpoint.size}: the signature does not verify` });
+  }
+  if (older.organization_id !== newer.organization_id) problems.push({ message: 'the checkpoints are of different organizations' });
+  if (!sameTree(proof.from, older) || !sameTree(proof.to, newer)) problems.push({ message: 'the proof is between other checkpoints' });
+  if (!(await consistencyPathValid(older.size, older.root_hash, newer.size, newer.root_hash, proof.path))) {
+    problems.push({ message: `the tree of size ${newer.size} does not extend the tree of size ${older.size}: the log was rewritten` });
+  }
+  return { valid: problems.length === 0, problems };
+}

@@ -1,0 +1,117 @@
+import { accessibleRecord, type RecordKind } from '../../audit/history.js';
+import { invalid, notFound } from '../../errors.js';
+import type { EventStore } from '../../eventstore/port.js';
+import type { Pool } from '../../infra/postgres.js';
+import type { Checkpoint, PublicJwk } from '../checkpoints.js';
+import { storedHashes } from '../hashes.js';
+import { consistencyPath, inclusionPath, lookupIn, nodesRead, type NodeKey } from '../merkle.js';
+import { readCheckpoint, readNodes, readPublicKeys, readStreamLeaves } from './tables.js';
+
+/**
+ * The proof queries (contract §16). Each reads O(log n) of the tree's stored nodes: which ones is
+ * worked out first (merkle.ts `nodesRead`), then fetched in one query.
+ */
+
+export type ProofEvent = {
+  version: number;
+  type: string;
+  occurred_at: string;
+  actor: string;
+  stream: string;
+  schema_version: number;
+  stored_data: Record<string, unknown>;
+  data_hash: string;
+  previous_hash: string;
+  hash: string;
+  leaf_index: number;
+  inclusion_path: string[];
+};
+
+const hex = (hashes: Buffer[]) => hashes.map((hash) => hash.toString('hex'));
+
+async function signedCheckpoint(pool: Pool, organizationId: string, size: number | undefined): Promise<Checkpoint> {
+  const checkpoint = await readCheckpoint(pool, organizationId, size);
+  if (!checkpoint) throw notFound(size === undefined ? 'checkpoint' : `checkpoint of size ${size}`);
+  return checkpoint;
+}
+
+export async function getCheckpoint(
+  pool: Pool,
+  organizationId: string,
+  organizations: ReadonlySet<string>,
+  size?: number,
+): Promise<Checkpoint> {
+  if (!organizations.has(organizationId)) throw notFound('organization');
+  return signedCheckpoint(pool, organizationId, size);
+}
+
+/**
+ * A record's events that the checkpoint covers, each as stored with its hashes and inclusion path.
+ * The hashes are those stored with the event; an event stored before hashes existed shows the
+ * ones the tree computed when it read it.
+ */
+export async function recordProof(
+  pool: Pool,
+  store: EventStore,
+  kind: RecordKind,
+  id: string,
+  organizations: ReadonlySet<string>,
+  size?: number,
+): Promise<{ checkpoint: Checkpoint; events: ProofEvent[] }> {
+  const logged = await accessibleRecord(store, kind, id, organizations);
+  const created = logged[0]?.event;
+  if (!created || !('organization_id' in created.data)) throw notFound(kind);
+  const organizationId = created.data.organization_id;
+  const checkpoint = await signedCheckpoint(pool, organizationId, size);
+  const leaves = await readStreamLeaves(pool, organizationId, logged[0]!.streamName, checkpoint.size);
+  const byVersion = new Map(logged.map((entry) => [entry.version, entry.stored]));
+  const covered = leaves.flatMap((leaf) => {
+    const stored = byVersion.get(leaf.version);
+    return stored ? [{ leaf, stored }] : [];
+  });
+  const paths = (lookup: Parameters<typeof inclusionPath>[2]) =>
+    covered.map(({ leaf }) => inclusionPath(leaf.leafIndex, checkpoint.size, lookup));
+  const lookup = lookupIn(await readNodes(pool, organizationId, nodesRead(paths)));
+  const inclusionPaths = paths(lookup);
+  const events = covered.map(({ leaf, stored }, index): ProofEvent => {
+    const metadata = stored.metadata as { occurred_at: string; actor: string; schema_version: number };
+    const hashes = storedHashes(stored.metadata) ?? leaf;
+    return {
+      version: Number(stored.version),
+      type: stored.type,
+      occurred_at: metadata.occurred_at,
+      actor: metadata.actor,
+      stream: stored.streamName,
+      schema_version: metadata.schema_version,
+      stored_data: stored.data as Record<string, unknown>,
+      data_hash: hashes.data_hash,
+      previous_hash: hashes.previous_hash,
+      hash: hashes.hash,
+      leaf_index: leaf.leafIndex,
+      inclusion_path: hex(inclusionPaths[index]!),
+    };
+  });
+  return { checkpoint, events };
+}
+
+export async function consistencyProof(
+  pool: Pool,
+  organizationId: string,
+  organizations: ReadonlySet<string>,
+  fromSize: number,
+  toSize: number,
+): Promise<{ from: Checkpoint; to: Checkpoint; path: string[] }> {
+  if (fromSize > toSize) {
+    throw invalid('params.from_size', 'must not be greater than to_size');
+  }
+  if (!organizations.has(organizationId)) throw notFound('organization');
+  const from = await signedCheckpoint(pool, organizationId, fromSize);
+  const to = await signedCheckpoint(pool, organizationId, toSize);
+  const keys: NodeKey[] = nodesRead((lookup) => consistencyPath(fromSize, toSize, lookup));
+  return { from, to, path: hex(consistencyPath(fromSize, toSize, lookupIn(await readNodes(pool, organizationId, keys)))) };
+}
+
+/** The JWKS of `GET /audit-keys`: every key that signed, retired ones included. */
+export async function auditKeys(pool: Pool): Promise<{ keys: PublicJwk[] }> {
+  return { keys: await readPublicKeys(pool) };
+}

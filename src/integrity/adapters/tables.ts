@@ -1,0 +1,219 @@
+import type { GlobalPosition } from '../../eventstore/port.js';
+import type { Pool, PoolClient } from '../../infra/postgres.js';
+import type { Checkpoint, PublicJwk } from '../checkpoints.js';
+import type { MerkleNode, NodeKey } from '../merkle.js';
+import type { PlacedLeaf, StreamHead } from '../tree.js';
+
+/** The integrity tables (migration 0010) as the tree, the proofs and `audit:verify` read and write them. */
+
+type Queryable = Pick<PoolClient, 'query'>;
+
+export async function lockProgress(client: Queryable): Promise<GlobalPosition> {
+  const { rows } = await client.query<{ commit_position: string; prepare_position: string }>(
+    'SELECT commit_position, prepare_position FROM integrity_progress FOR UPDATE',
+  );
+  return { commit: BigInt(rows[0]!.commit_position), prepare: BigInt(rows[0]!.prepare_position) };
+}
+
+export async function saveProgress(client: Queryable, position: GlobalPosition): Promise<void> {
+  await client.query('UPDATE integrity_progress SET commit_position = $1, prepare_position = $2', [
+    position.commit.toString(),
+    position.prepare.toString(),
+  ]);
+}
+
+export async function readStreamHeads(client: Queryable, streamNames: string[]): Promise<Map<string, StreamHead>> {
+  const { rows } = await client.query<{ stream_name: string; organization_id: string; head: string }>(
+    'SELECT stream_name, organization_id, head FROM integrity_streams WHERE stream_name = ANY($1)',
+    [streamNames],
+  );
+  return new Map(rows.map((row) => [row.stream_name, { organizationId: row.organization_id, head: row.head }]));
+}
+
+export async function saveStreamHeads(client: Queryable, heads: Map<string, StreamHead>): Promise<void> {
+  const entries = [...heads];
+  await client.query(
+    `INSERT INTO integrity_streams (stream_name, organization_id, head)
+     SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
+     ON CONFLICT (stream_name) DO UPDATE SET head = excluded.head`,
+    [entries.map(([name]) => name), entries.map(([, head]) => head.organizationId), entries.map(([, head]) => head.head)],
+  );
+}
+
+export async function treeSizes(client: Queryable, organizationIds: string[]): Promise<Map<string, number>> {
+  const { rows } = await client.query<{ organization_id: string; size: string }>(
+    'SELECT organization_id, size FROM integrity_trees WHERE organization_id = ANY($1)',
+    [organizationIds],
+  );
+  return new Map(rows.map((row) => [row.organization_id, Number(row.size)]));
+}
+
+export async function readNodes(client: Queryable, organizationId: string, keys: readonly NodeKey[]): Promise<MerkleNode[]> {
+  if (keys.length === 0) return [];
+  const { rows } = await client.query<{ level: number; index: string; hash: Buffer }>(
+    `SELECT n.level, n.index, n.hash FROM integrity_nodes n
+     JOIN unnest($2::smallint[], $3::bigint[]) AS k(level, index) ON n.level = k.level AND n.index = k.index
+     WHERE n.organization_id = $1`,
+    [organizationId, keys.map((key) => key.level), keys.map((key) => key.index)],
+  );
+  return rows.map((row) => ({ level: row.level, index: Number(row.index), hash: row.hash }));
+}
+
+/** Appends leaves and the nodes they complete to an organization's tree, which now holds `size` leaves. */
+export async function saveTreeGrowth(
+  client: Queryable,
+  organizationId: string,
+  firstIndex: number,
+  leaves: readonly PlacedLeaf[],
+  nodes: readonly MerkleNode[],
+): Promise<void> {
+  await client.query(
+    `INSERT INTO integrity_leaves (organization_id, leaf_index, stream_name, version, data_hash, previous_hash, hash)
+     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[])`,
+    [
+      organizationId,
+      leaves.map((_, offset) => firstIndex + offset),
+      leaves.map((leaf) => leaf.streamName),
+      leaves.map((leaf) => leaf.version.toString()),
+      leaves.map((leaf) => leaf.data_hash),
+      leaves.map((leaf) => leaf.previous_hash),
+      leaves.map((leaf) => leaf.hash),
+    ],
+  );
+  await client.query(
+    `INSERT INTO integrity_nodes (organization_id, level, index, hash) SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])`,
+    [organizationId, nodes.map((node) => node.level), nodes.map((node) => node.index), nodes.map((node) => node.hash)],
+  );
+  await client.query(
+    `INSERT INTO integrity_trees (organization_id, size) VALUES ($1, $2)
+     ON CONFLICT (organization_id) DO UPDATE SET size = excluded.size`,
+    [organizationId, firstIndex + leaves.length],
+  );
+}
+
+type CheckpointRow = { organization_id: string; size: string; root_hash: string; timestamp: string; key_id: string; signature: string };
+const checkpointColumns = 'organization_id, size, root_hash, timestamp, key_id, signature';
+const toCheckpoint = (row: CheckpointRow): Checkpoint => ({ ...row, size: Number(row.size) });
+
+/** The organization's latest checkpoint, or the one of `size`. */
+export async function readCheckpoint(pool: Queryable, organizationId: string, size?: number): Promise<Checkpoint | undefined> {
+  const { rows } = await pool.query<CheckpointRow>(
+    size === undefined
+      ? `SELECT ${checkpointColumns} FROM integrity_checkpoints WHERE organization_id = $1 ORDER BY size DESC LIMIT 1`
+      : `SELECT ${checkpointColumns} FROM integrity_checkpoints WHERE organization_id = $1 AND size = $2`,
+    size === undefined ? [organizationId] : [organizationId, size],
+  );
+  return rows[0] && toCheckpoint(rows[0]);
+}
+
+export async function readCheckpoints(pool: Queryable, organizationId: string): Promise<Checkpoint[]> {
+  const { rows } = await pool.query<CheckpointRow>(
+    `SELECT ${checkpointColumns} FROM integrity_checkpoints WHERE organization_id = $1 ORDER BY size`,
+    [organizationId],
+  );
+  return rows.map(toCheckpoint);
+}
+
+export async function saveCheckpoint(pool: Queryable, checkpoint: Checkpoint): Promise<void> {
+  await pool.query(`INSERT INTO integrity_checkpoints (${checkpointColumns}) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, [
+    checkpoint.organization_id,
+    checkpoint.size,
+    checkpoint.root_hash,
+    checkpoint.timestamp,
+    checkpoint.key_id,
+    checkpoint.signature,
+  ]);
+}
+
+/** The trees whose newest events no checkpoint covers, and whose last checkpoint is at or before `signedBefore` (or that have none). */
+export async function treesDueForCheckpoint(pool: Queryable, signedBefore: string): Promise<{ organizationId: string; size: number }[]> {
+  const { rows } = await pool.query<{ organization_id: string; size: string }>(
+    `SELECT t.organization_id, t.size FROM integrity_trees t
+     LEFT JOIN LATERAL (
+       SELECT c.size, c.timestamp FROM integrity_checkpoints c WHERE c.organization_id = t.organization_id ORDER BY c.size DESC LIMIT 1
+     ) last ON true
+     WHERE last.size IS NULL OR (last.size < t.size AND last.timestamp <= $1)`,
+    [signedBefore],
+  );
+  return rows.map((row) => ({ organizationId: row.organization_id, size: Number(row.size) }));
+}
+
+/** Records the key that signs from now on; the others stay, marked retired. */
+export async function registerSigningKey(pool: Pool, jwk: PublicJwk): Promise<void> {
+  await pool.query('INSERT INTO integrity_keys (key_id, public_jwk) VALUES ($1, $2) ON CONFLICT (key_id) DO UPDATE SET retired_at = NULL', [
+    jwk.kid,
+    JSON.stringify(jwk),
+  ]);
+  await pool.query('UPDATE integrity_keys SET retired_at = now() WHERE key_id <> $1 AND retired_at IS NULL', [jwk.kid]);
+}
+
+export async function readPublicKeys(pool: Queryable): Promise<PublicJwk[]> {
+  const { rows } = await pool.query<{ public_jwk: PublicJwk }>('SELECT public_jwk FROM integrity_keys ORDER BY added_at, key_id');
+  return rows.map((row) => row.public_jwk);
+}
+
+export type LeafRow = { organizationId: string; leafIndex: number; streamName: string; version: bigint } & Pick<
+  PlacedLeaf,
+  'data_hash' | 'previous_hash' | 'hash'
+>;
+
+type LeafRecord = {
+  organization_id: string;
+  leaf_index: string;
+  stream_name: string;
+  version: string;
+  data_hash: string;
+  previous_hash: string;
+  hash: string;
+};
+const toLeaf = (row: LeafRecord): LeafRow => ({
+  organizationId: row.organization_id,
+  leafIndex: Number(row.leaf_index),
+  streamName: row.stream_name,
+  version: BigInt(row.version),
+  data_hash: row.data_hash,
+  previous_hash: row.previous_hash,
+  hash: row.hash,
+});
+
+/** A stream's leaves in a tree of `size`, by version. */
+export async function readStreamLeaves(pool: Queryable, organizationId: string, streamName: string, size: number): Promise<LeafRow[]> {
+  const { rows } = await pool.query<LeafRecord>(
+    `SELECT * FROM integrity_leaves WHERE organization_id = $1 AND stream_name = $2 AND leaf_index < $3 ORDER BY version`,
+    [organizationId, streamName, size],
+  );
+  return rows.map(toLeaf);
+}
+
+/** The leaves of an organization's tree from `after`, at most `limit`, by index. */
+export async function readLeaves(pool: Queryable, organizationId: string, after: number, limit: number): Promise<LeafRow[]> {
+  const { rows } = await pool.query<LeafRecord>(
+    'SELECT * FROM integrity_leaves WHERE organization_id = $1 AND leaf_index >= $2 ORDER BY leaf_index LIMIT $3',
+    [organizationId, after, limit],
+  );
+  return rows.map(toLeaf);
+}
+
+export async function readTrees(pool: Queryable): Promise<{ organizationId: string; size: number }[]> {
+  const { rows } = await pool.query<{ organization_id: string; size: string }>(
+    'SELECT organization_id, size FROM integrity_trees ORDER BY organization_id',
+  );
+  return rows.map((row) => ({ organizationId: row.organization_id, size: Number(row.size) }));
+}
+
+/** How far the trees have read the log, without waiting for a batch in progress. */
+export async function readTreeProgress(client: Queryable): Promise<GlobalPosition> {
+  const { rows } = await client.query<{ commit_position: string; prepare_position: string }>(
+    'SELECT commit_position, prepare_position FROM integrity_progress',
+  );
+  return { commit: BigInt(rows[0]!.commit_position), prepare: BigInt(rows[0]!.prepare_position) };
+}
+
+/** Every stored node of an organization's tree. */
+export async function readAllNodes(client: Queryable, organizationId: string): Promise<MerkleNode[]> {
+  const { rows } = await client.query<{ level: number; index: string; hash: Buffer }>(
+    'SELECT level, index, hash FROM integrity_nodes WHERE organization_id = $1',
+    [organizationId],
+  );
+  return rows.map((row) => ({ level: row.level, index: Number(row.index), hash: row.hash }));
+}

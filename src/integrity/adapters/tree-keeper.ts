@@ -1,0 +1,147 @@
+import type { Logger } from 'pino';
+import { comparePositions, type EventStore, type GlobalPosition } from '../../eventstore/port.js';
+import { inTransaction, type Pool } from '../../infra/postgres.js';
+import { signCheckpoint, type SigningKey } from '../checkpoints.js';
+import { appendLeaves, frontier, lookupIn, nodesRead, rootHash } from '../merkle.js';
+import { placeEvents, type PlacedLeaf } from '../tree.js';
+import {
+  lockProgress,
+  readNodes,
+  readTreeProgress,
+  readStreamHeads,
+  saveCheckpoint,
+  saveProgress,
+  saveStreamHeads,
+  saveTreeGrowth,
+  treesDueForCheckpoint,
+  treeSizes,
+} from './tables.js';
+
+export type TreeKeeperOptions = {
+  pool: Pool;
+  store: EventStore;
+  key: SigningKey;
+  /** The current instant in the §8 form, and that instant less some milliseconds. */
+  now: () => string;
+  before: (timestamp: string, milliseconds: number) => string;
+  logger: Logger;
+  checkpointIntervalMs: number;
+  batchSize?: number;
+  /** How long it sleeps once it has read the whole log. */
+  idleMs?: number;
+};
+
+/**
+ * Keeps each organization's Merkle tree (contract §16): reads the log in global order and appends
+ * every chained event to its organization's tree, then signs a checkpoint of each tree that grew
+ * when its last checkpoint is `checkpointIntervalMs` old (or it has none).
+ *
+ * It runs in its own transactions, not the projector's: the tree is append-only evidence, while
+ * the read tables are rebuilt at will, and the projector's batches are on the path of every
+ * command's answer. Each batch is written under the progress row's lock, from the position it was
+ * read after, so several instances may run it: they take turns, and each batch is whole or not at
+ * all (a crash mid-batch leaves the tree as it was).
+ * Signing comes after, in its own statement: a crash between leaves a tree with no checkpoint of
+ * its newest size, which the next round signs.
+ */
+export class TreeKeeper {
+  private running: Promise<void> | undefined;
+  private readonly stopping = new AbortController();
+
+  constructor(private readonly options: TreeKeeperOptions) {}
+
+  start(): void {
+    this.running ??= this.run();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    await this.running;
+  }
+
+  private async run(): Promise<void> {
+    const { logger, idleMs = 200 } = this.options;
+    while (!this.stopping.signal.aborted) {
+      let read = 0;
+      try {
+        read = await this.catchUp();
+        await this.signDue();
+      } catch (error) {
+        // The store or database is away: the tree waits and tries again, as the projector does.
+        logger.warn({ err: (error as Error).message }, 'integrity tree could not advance; retrying');
+      }
+      if (read === 0) await sleep(idleMs, this.stopping.signal);
+    }
+  }
+
+  /** Appends the next batch of the log to the trees; answers how many events it appended. */
+  async catchUp(): Promise<number> {
+    const { pool, store, batchSize = 2000, logger } = this.options;
+    // Read before the transaction: an open transaction holding a transaction id would hold back
+    // the PostgreSQL store's read watermark, and with it the projector, for as long as the read.
+    const after = await readTreeProgress(pool);
+    const events = await store.readAll(after, batchSize);
+    if (events.length === 0) return 0;
+    return inTransaction(pool, async (client) => {
+      // Another instance's keeper appended from there meanwhile: this batch is its, already.
+      if (comparePositions(await lockProgress(client), after) !== 0) return 0;
+      const streams = await readStreamHeads(client, [...new Set(events.map((event) => event.streamName))]);
+      const { leaves, heads, unplaced } = placeEvents(events, streams);
+      for (const event of unplaced)
+        logger.warn(
+          { stream: event.streamName, version: event.version.toString() },
+          'event of a stream with no organization left out of the integrity tree',
+        );
+      const byOrganization = new Map<string, PlacedLeaf[]>();
+      for (const leaf of leaves) {
+        const list = byOrganization.get(leaf.organizationId);
+        if (list) list.push(leaf);
+        else byOrganization.set(leaf.organizationId, [leaf]);
+      }
+      const sizes = await treeSizes(client, [...byOrganization.keys()]);
+      for (const [organizationId, organizationLeaves] of byOrganization) {
+        await this.grow(client, organizationId, sizes.get(organizationId) ?? 0, organizationLeaves);
+      }
+      if (heads.size > 0) await saveStreamHeads(client, heads);
+      const last: GlobalPosition = events[events.length - 1]!.position;
+      if (comparePositions(last, after) > 0) await saveProgress(client, last);
+      return events.length;
+    });
+  }
+
+  private async grow(client: Parameters<typeof readNodes>[0], organizationId: string, size: number, leaves: PlacedLeaf[]): Promise<void> {
+    const edge = await readNodes(client, organizationId, frontier(size));
+    const nodes = appendLeaves(
+      size,
+      leaves.map((leaf) => leaf.hash),
+      lookupIn(edge),
+    );
+    await saveTreeGrowth(client, organizationId, size, leaves, nodes);
+  }
+
+  /** Signs a checkpoint of each tree that is due one. */
+  async signDue(): Promise<void> {
+    const { pool, key, now, before, checkpointIntervalMs } = this.options;
+    const timestamp = now();
+    for (const { organizationId, size } of await treesDueForCheckpoint(pool, before(timestamp, checkpointIntervalMs))) {
+      const nodes = await readNodes(
+        pool,
+        organizationId,
+        nodesRead((lookup) => rootHash(size, lookup)),
+      );
+      const root = rootHash(size, lookupIn(nodes)).toString('hex');
+      await saveCheckpoint(pool, signCheckpoint({ organization_id: organizationId, size, root_hash: root, timestamp }, key));
+    }
+  }
+}
+
+const sleep = (milliseconds: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const timer = setTimeout(done, milliseconds);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done);
+  });

@@ -1,0 +1,87 @@
+import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
+import { readStoredEvent, type StoredEvent } from '../domain/upcast.js';
+
+/**
+ * The event hashes of contract §16: each event's `hash` covers where it sits, what it is, who
+ * caused it and when, its data (through `data_hash`) and the hash of the event before it in its
+ * stream (`previous_hash`), all over RFC 8785 canonical JSON of the stored form, before upcasting.
+ */
+
+/** `previous_hash` of a stream's first event. */
+export const zeroHash = '0'.repeat(64);
+
+export type EventHashes = { data_hash: string; previous_hash: string; hash: string };
+
+/** An event as stored, with where it sits: what the hashes cover. */
+export type StoredForm = StoredEvent & { streamName: string; version: bigint };
+
+/** RFC 8785 (JCS) canonical JSON of a JSON value. */
+export function canonicalJson(value: unknown): string {
+  const text = canonicalize(value);
+  if (text === undefined) throw new TypeError('only JSON values have a canonical form');
+  return text;
+}
+
+export const sha256Hex = (bytes: string | Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+
+/** The service's metadata fields the hash covers; an event of the service's own always has them (src/domain/upcast.ts). */
+function coveredMetadata(metadata: unknown): { schema_version: number; occurred_at: string; actor: string } {
+  const { schema_version, occurred_at, actor } = metadata as Record<string, unknown>;
+  return { schema_version: schema_version as number, occurred_at: occurred_at as string, actor: actor as string };
+}
+
+/** The hashes of `event` after an event whose hash is `previousHash`. */
+export function hashEvent(event: StoredForm, previousHash: string): EventHashes {
+  const data_hash = sha256Hex(canonicalJson(event.data));
+  const hash = sha256Hex(
+    canonicalJson({
+      stream: event.streamName,
+      version: Number(event.version),
+      type: event.type,
+      ...coveredMetadata(event.metadata),
+      data_hash,
+      previous_hash: previousHash,
+    }),
+  );
+  return { data_hash, previous_hash: previousHash, hash };
+}
+
+const hexHash = /^[0-9a-f]{64}$/;
+
+/** The hashes an event was stored with (its metadata), if it was written since they exist. */
+export function storedHashes(metadata: unknown): EventHashes | undefined {
+  const { data_hash, previous_hash, hash } = (metadata ?? {}) as Record<string, unknown>;
+  const all = [data_hash, previous_hash, hash];
+  if (!all.every((value) => typeof value === 'string' && hexHash.test(value))) return undefined;
+  return { data_hash, previous_hash, hash } as EventHashes;
+}
+
+/** Whether the hash chain covers the event: every event with the service's metadata, not another program's. */
+export const isChained = (event: StoredEvent) => readStoredEvent(event).kind !== 'foreign';
+
+/**
+ * The hashes of a stream's chained events as stored (oldest first): those it was stored with, or,
+ * for an event stored before hashes existed, the ones computed as the tree does when it first reads it.
+ */
+export function chainHashes(events: readonly StoredForm[]): EventHashes[] {
+  let head = zeroHash;
+  return events.map((event) => {
+    const hashes = storedHashes(event.metadata) ?? hashEvent(event, head);
+    head = hashes.hash;
+    return hashes;
+  });
+}
+
+/** The hash of the last of a stream's chained events: the `previous_hash` of the next event appended. */
+export const chainHead = (events: readonly StoredForm[]) => chainHashes(events).at(-1)?.hash ?? zeroHash;
+
+/** The hashes of events about to be appended, one after the other, after `previousHash`. */
+export function hashAppended(events: readonly StoredForm[], previousHash: string): EventHashes[] {
+  let previous = previousHash;
+  return events.map((event) => {
+    const hashes = hashEvent(event, previous);
+    previous = hashes.hash;
+    return hashes;
+  });
+}

@@ -1,0 +1,162 @@
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createClient, verifyRecord, type AuditKeys, type Checkpoint, type Client } from '../../../src/client/index.js';
+import { migrate } from '../../../src/infra/migrate.js';
+import { migrations } from '../../../src/infra/migrations/index.js';
+import { createTestDatabase } from '../../support/database.js';
+import { startTestService, type TestService } from '../../support/service.js';
+import { runCli } from '../cli-run.js';
+
+/** The organization's latest checkpoint once it covers at least `size` events. */
+async function checkpointCovering(api: Client, organizationId: string, size: number): Promise<Checkpoint> {
+  for (let attempt = 0; attempt < 400; attempt++) {
+    const checkpoint = await api.getCheckpoint({ organization_id: organizationId }).catch(() => undefined);
+    if (checkpoint && checkpoint.size >= size) return checkpoint;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  throw new Error(`no checkpoint of ${organizationId} covers ${size} events`);
+}
+
+const organization = 'org_tamper';
+
+/**
+ * Tampering as an attacker with access to PostgreSQL would (events in PostgreSQL): each change to
+ * `es_events` is named by `npm run audit:verify` with its stream and version, and fails the
+ * client's verifyRecord against a checkpoint signed before it.
+ */
+describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mode)', () => {
+  let service: TestService;
+  let api: Client;
+  let keys: AuditKeys;
+  let database: pg.Pool;
+  let before: Checkpoint;
+  const ids: Record<'edited' | 'actor' | 'deleted' | 'swapped' | 'untouched', string> = {
+    edited: '',
+    actor: '',
+    deleted: '',
+    swapped: '',
+    untouched: '',
+  };
+  const legacy = { organization: 'org_legacy', workspace: `ws_legacy${randomUUID().slice(0, 8)}` };
+
+  beforeAll(async () => {
+    // A database written at the previous migration level: events without hashes, as the service stored them before §16.
+    const databaseUrl = await createTestDatabase();
+    database = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+    await migrate(
+      database,
+      { eventStore: true },
+      migrations.filter((step) => step.version < 8),
+    );
+    const metadata = (occurred: string) => ({ actor: 'old-writer', request_id: 'r-old', occurred_at: occurred, schema_version: 2 });
+    const stream = `workspace-${legacy.workspace}`;
+    await database.query('SELECT * FROM es_append_batch($1::jsonb)', [
+      JSON.stringify([
+        {
+          stream,
+          expected: '0',
+          events: [
+            {
+              id: randomUUID(),
+              type: 'WorkspaceCreated',
+              data: { id: legacy.workspace, organization_id: legacy.organization, name: 'Old', description: '', attributes: {} },
+              metadata: metadata('2025-01-01T00:00:00.000000Z'),
+            },
+            {
+              id: randomUUID(),
+              type: 'WorkspaceUpdated',
+              data: { id: legacy.workspace, name: 'Older' },
+              metadata: metadata('2025-01-02T00:00:00.000000Z'),
+            },
+          ],
+        },
+      ]),
+    ]);
+
+    service = await startTestService({ databaseUrl, env: { AUDIT_CHECKPOINT_INTERVAL_MS: '100' } });
+    const token = await service.token([organization, legacy.organization]);
+    api = createClient({ baseUrl: service.url, token });
+    keys = (await (await fetch(`${service.url}/audit-keys`)).json()) as AuditKeys;
+    for (const name of Object.keys(ids) as (keyof typeof ids)[]) {
+      const workspace = await api.createWorkspace({ organization_id: organization, name, attributes: { step: 1 } });
+      await api.updateWorkspace({ id: workspace.id, name: `${name} 2`, attributes: { step: 2 } });
+      await api.updateWorkspace({ id: workspace.id, name: `${name} 3`, attributes: { step: 3 } });
+      ids[name] = workspace.id;
+    }
+    before = await checkpointCovering(api, organization, 15);
+    await checkpointCovering(api, legacy.organization, 2);
+  }, 120_000);
+  afterAll(async () => {
+    await service?.close();
+    await database?.end();
+  });
+
+  it('gives events stored before hashes existed their hashes when the tree first reads them', async () => {
+    const checkpoint = await api.getCheckpoint({ organization_id: legacy.organization });
+    const proof = await api.getWorkspaceProof({ id: legacy.workspace, size: checkpoint.size });
+    expect(proof.events.map((event) => event.previous_hash)).toEqual(['0'.repeat(64), proof.events[0]!.hash]);
+    expect(await verifyRecord(proof, checkpoint, keys)).toEqual({ valid: true, problems: [] });
+    const history = await api.getWorkspaceHistory({ id: legacy.workspace, page: 1, size: 10 });
+    expect(history.items.map((item) => item.hash)).toEqual(proof.events.map((event) => event.hash));
+    // Appended to now, the stream's chain goes on from the computed hash.
+    await api.updateWorkspace({ id: legacy.workspace, name: 'Newest' });
+    const after = await checkpointCovering(api, legacy.organization, 3);
+    const longer = await api.getWorkspaceProof({ id: legacy.workspace, size: after.size });
+    expect(longer.events[2]!.previous_hash).toBe(proof.events[1]!.hash);
+    expect(await verifyRecord(longer, after, keys)).toEqual({ valid: true, problems: [] });
+  });
+
+  it('finds no break in an untouched log', async () => {
+    const outcome = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl);
+    expect(outcome.stdout).toMatch(/^no breaks \(\d+ events, 2 trees, \d+ checkpoints\)\n$/);
+    expect(outcome.code).toBe(0);
+  });
+
+  it('names the organization, stream and version of each change to es_events, exits 1, and fails verifyRecord', async () => {
+    const stream = (name: keyof typeof ids) => `workspace-${ids[name]}`;
+    const proofs = Object.fromEntries(
+      await Promise.all(Object.entries(ids).map(async ([name, id]) => [name, await api.getWorkspaceProof({ id, size: before.size })])),
+    );
+    // The data of an event; its actor; an event deleted; two events' data swapped.
+    await database.query(`UPDATE es_events SET data = jsonb_set(data, '{name}', '"forged"') WHERE stream_name = $1 AND version = 2`, [
+      stream('edited'),
+    ]);
+    await database.query(
+      `UPDATE es_events SET metadata = jsonb_set(metadata, '{actor}', '"mallory"') WHERE stream_name = $1 AND version = 1`,
+      [stream('actor')],
+    );
+    await database.query('DELETE FROM es_events WHERE stream_name = $1 AND version = 2', [stream('deleted')]);
+    await database.query(
+      `UPDATE es_events e SET data = o.data FROM es_events o
+       WHERE e.stream_name = $1 AND o.stream_name = $1 AND ((e.version = 2 AND o.version = 3) OR (e.version = 3 AND o.version = 2))`,
+      [stream('swapped')],
+    );
+
+    const outcome = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl);
+    expect(outcome.code).toBe(1);
+    const lines = outcome.stdout.trimEnd().split('\n');
+    const at = (name: keyof typeof ids, version: number) => `organization ${organization}, stream ${stream(name)}, version ${version}: `;
+    expect(lines).toContainEqual(
+      expect.stringMatching(new RegExp(`^${at('edited', 2)}data_hash is [0-9a-f]{64}, the stored data hashes to`)),
+    );
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('actor', 1)}hash is [0-9a-f]{64}, the event hashes to`)));
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('deleted', 3)}follows version 1: an event before it is missing`)));
+    expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('deleted', 2)}leaf \\d+ of the tree has no event in the log`)));
+    for (const version of [2, 3]) expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('swapped', version)}data_hash is`)));
+    expect(lines.filter((line) => line.includes(stream('untouched')))).toEqual([]);
+    expect(lines.at(-1)).toMatch(/^\d+ break\(s\) in \d+ events, 2 trees, \d+ checkpoints$/);
+
+    // The client, holding only a checkpoint signed before and the keys, catches each in the proof it is served now.
+    for (const name of ['edited', 'actor', 'deleted', 'swapped'] as const) {
+      const now = await api.getWorkspaceProof({ id: ids[name], size: before.size });
+      const verdict = await verifyRecord(now, before, keys);
+      expect(verdict.valid, name).toBe(false);
+    }
+    expect(await verifyRecord(proofs.untouched!, before, keys)).toEqual({ valid: true, problems: [] });
+    expect(await verifyRecord(await api.getWorkspaceProof({ id: ids.untouched, size: before.size }), before, keys)).toEqual({
+      valid: true,
+      problems: [],
+    });
+  });
+});

@@ -1,0 +1,45 @@
+import { createHash, generateKeyPairSync } from 'node:crypto';
+import { describe, expect, it } from 'vitest';
+import { auditTree, describeBreak } from '../../../src/integrity/audit.js';
+import { signCheckpoint, signingKeyFromPem } from '../../../src/integrity/checkpoints.js';
+import { appendLeaves, lookupIn, rootHash } from '../../../src/integrity/merkle.js';
+
+const newKey = () => signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ format: 'pem', type: 'pkcs8' }).toString());
+const leaves = Array.from({ length: 11 }, (_, i) => createHash('sha256').update(`event ${i}`).digest('hex'));
+const nodes = appendLeaves(0, leaves, lookupIn([]));
+const key = newKey();
+const checkpointAt = (size: number, signer = key) =>
+  signCheckpoint(
+    {
+      organization_id: 'org_a',
+      size,
+      root_hash: rootHash(size, lookupIn(nodes)).toString('hex'),
+      timestamp: '2026-01-01T00:00:00.000000Z',
+    },
+    signer,
+  );
+
+describe('auditTree', () => {
+  it('given a whole tree with checkpoints signed by published keys, finds nothing', () => {
+    const rotated = newKey();
+    const checkpoints = [checkpointAt(3), checkpointAt(8), checkpointAt(11, rotated)];
+    expect(auditTree('org_a', leaves, nodes, checkpoints, [key.publicJwk, rotated.publicJwk])).toEqual([]);
+  });
+
+  it('given a changed node, a forged root, an unknown key, a bad signature and a size past the leaves, names each', () => {
+    const changed = nodes.map((node) => (node.level === 1 && node.index === 2 ? { ...node, hash: Buffer.alloc(32, 7) } : node));
+    const forgedRoot = { ...checkpointAt(8), root_hash: 'a'.repeat(64) };
+    const unknownKey = checkpointAt(5, newKey());
+    const badSignature = { ...checkpointAt(6), timestamp: '2026-01-02T00:00:00.000000Z' };
+    const tooLarge = { ...checkpointAt(11), size: 12 };
+    const found = auditTree('org_a', leaves, changed, [forgedRoot, unknownKey, badSignature, tooLarge], [key.publicJwk]).map(describeBreak);
+    expect(found).toEqual([
+      expect.stringMatching(/^organization org_a: node at level 1, index 2 is 0707.*, its leaves hash to [0-9a-f]{64}$/),
+      expect.stringMatching(/^organization org_a: checkpoint of size 8: root_hash is a{64}, the leaves give [0-9a-f]{64}$/),
+      expect.stringMatching(/^organization org_a: checkpoint of size 8: the signature does not verify/),
+      expect.stringMatching(/^organization org_a: checkpoint of size 5: the signature does not verify with key /),
+      expect.stringMatching(/^organization org_a: checkpoint of size 6: the signature does not verify/),
+      'organization org_a: checkpoint of size 12: the tree holds only 11 leaves',
+    ]);
+  });
+});
