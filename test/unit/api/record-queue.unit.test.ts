@@ -49,6 +49,16 @@ describe('commands on one record wait their turn and are appended together', () 
   /** Resolves once every waiting request has reached the queue (injected requests start on later ticks). */
   const allQueued = () => new Promise((resolve) => setTimeout(resolve, 50));
 
+  /** Starts requests one after another, each once the one before has reached the queue, so that they queue in this order. */
+  async function inTurn<T>(requests: (() => Promise<T>)[]): Promise<Promise<T>[]> {
+    const started: Promise<T>[] = [];
+    for (const request of requests) {
+      started.push(request());
+      await allQueued();
+    }
+    return started;
+  }
+
   it('twenty concurrent writers each adding a key: all answer 200, every key survives, in fewer appends than writers', async () => {
     const { call, id, store } = await start();
     const gate = gateAppends(store);
@@ -75,13 +85,12 @@ describe('commands on one record wait their turn and are appended together', () 
     gate.hold();
     const first = call('update_workspace', { id, name: 'first', attributes: { a: 1 } });
     await allQueued();
-    const group = [
-      call('update_workspace', { id, name: 'second', attributes: { b: 2 } }),
-      call('update_workspace', { id, name: 'not allowed', attributes: { c: 3 } }, outsider),
-      call('delete_workspace', { id }),
-      call('update_workspace', { id, name: 'after the deletion' }),
-    ];
-    await allQueued();
+    const group = await inTurn([
+      () => call('update_workspace', { id, name: 'second', attributes: { b: 2 } }),
+      () => call('update_workspace', { id, name: 'not allowed', attributes: { c: 3 } }, outsider),
+      () => call('delete_workspace', { id }),
+      () => call('update_workspace', { id, name: 'after the deletion' }),
+    ]);
     gate.open();
     expect((await first).statusCode).toBe(200);
     expect((await Promise.all(group)).map((answer) => answer.statusCode)).toEqual([200, 404, 200, 404]);
@@ -94,8 +103,9 @@ describe('commands on one record wait their turn and are appended together', () 
     const { call, id, store } = await start(3);
     const gate = gateAppends(store);
     gate.hold();
-    const writes = Array.from({ length: 8 }, (_, n) => call('update_workspace', { id, name: `w${n}`, attributes: { [`k${n}`]: n } }));
-    await allQueued();
+    const writes = await inTurn(
+      Array.from({ length: 8 }, (_, n) => () => call('update_workspace', { id, name: `w${n}`, attributes: { [`k${n}`]: n } })),
+    );
     // Another record is not refused for this record's full queue.
     const other = call('create_workspace', { organization_id: 'org_unit', name: 'elsewhere' });
     gate.open();
