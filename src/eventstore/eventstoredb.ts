@@ -172,7 +172,10 @@ export class EventStoreDBEventStore implements EventStore {
 
   async readAll(after: GlobalPosition, limit: number): Promise<RecordedEvent[]> {
     const found: RecordedEvent[] = [];
-    const pageSize = Math.max(limit, 256);
+    // A read from an event's position includes that event (Storage/ReaderIndex/AllReader.cs), so
+    // one more than `limit` fills the page when every event is ours; further pages, only needed
+    // past foreign events, read at least a few hundred at a time.
+    let pageSize = limit + 1;
     let from = this.scanned && comparePositions(this.scanned.after, after) === 0 ? this.scanned.to : after;
     for (;;) {
       const page = await this.collect('read $all', this.readTimeoutMs, () =>
@@ -199,6 +202,7 @@ export class EventStoreDBEventStore implements EventStore {
         return found;
       }
       from = lastSeen;
+      pageSize = Math.max(limit + 1, 256);
     }
   }
 

@@ -146,7 +146,8 @@ export class InMemoryLog {
   isValidPosition(position: Position): boolean {
     if (position.commit === this.writerCheckpoint && position.prepare === this.writerCheckpoint) return true;
     if (position.commit === 0n && position.prepare === 0n) return true;
-    return this.all.some((event) => event.position.commit === position.commit && event.position.prepare === position.prepare);
+    const at = this.all[this.firstIndexAtOrAfter(position)];
+    return at !== undefined && compare(at.position, position) === 0;
   }
 
   private firstIndexAtOrAfter(position: Position): number {

@@ -69,8 +69,30 @@ export const appendExpectation = (options: streamsPb.AppendReq.Options) =>
 export const batchExpectation = (options: streamsPb.BatchAppendReq.Options) =>
   expectation(options.getExpectedStreamPositionCase(), () => options.getStreamPosition());
 
-/** One event as reads and subscriptions send it (Streams.Read.cs, ConvertToReadEvent). */
-export function readResponse(event: StoredEvent, includePosition: boolean): streamsPb.ReadResp {
+/**
+ * A ReadResp whose bytes are already known: the generated service serialises a response with
+ * `serializeBinary()` (streams_grpc_pb.js), so it sends exactly these bytes.
+ */
+class SerializedReadResp extends streamsPb.ReadResp {
+  constructor(private readonly bytes: Uint8Array) {
+    super();
+  }
+
+  override serializeBinary(): Uint8Array {
+    return this.bytes;
+  }
+}
+
+/** A stored event never changes, so its response is built and serialised once, on its first read. */
+const readResponses = new WeakMap<StoredEvent, SerializedReadResp>();
+
+/**
+ * One event as reads and subscriptions send it (Streams.Read.cs, ConvertToReadEvent). Stream
+ * reads and `$all` reads alike carry the event's `$all` position (from server 22.6 on).
+ */
+export function readResponse(event: StoredEvent): streamsPb.ReadResp {
+  const cached = readResponses.get(event);
+  if (cached) return cached;
   const recorded = new streamsPb.ReadResp.ReadEvent.RecordedEvent()
     .setId(new sharedPb.UUID().setString(event.id))
     .setStreamIdentifier(streamIdentifier(event.stream))
@@ -80,10 +102,10 @@ export function readResponse(event: StoredEvent, includePosition: boolean): stre
     .setCustomMetadata(event.customMetadata)
     .setData(event.data);
   recorded.getMetadataMap().set('type', event.type).set('content-type', event.contentType).set('created', event.created.toString());
-  const read = new streamsPb.ReadResp.ReadEvent().setEvent(recorded);
-  if (includePosition) read.setCommitPosition(event.position.commit.toString());
-  else read.setNoPosition(new sharedPb.Empty());
-  return new streamsPb.ReadResp().setEvent(read);
+  const read = new streamsPb.ReadResp.ReadEvent().setEvent(recorded).setCommitPosition(event.position.commit.toString());
+  const response = new SerializedReadResp(new streamsPb.ReadResp().setEvent(read).serializeBinary());
+  readResponses.set(event, response);
+  return response;
 }
 
 export const streamNotFound = (name: string) =>

@@ -126,8 +126,7 @@ function readStream(context: StreamsContext, call: ReadCall, options: Options): 
   if (!forwards && stream.getRevisionOptionCase() === cases.START) from = 0n;
   let sent = 0n;
   for (let revision = from; sent < count && revision >= 0n && revision <= last; revision += forwards ? 1n : -1n) {
-    // Stream reads carry the event's `$all` position from server 22.6 on (Streams.Read.cs, ConvertToReadEvent).
-    call.write(readResponse(events[Number(revision)]!, true));
+    call.write(readResponse(events[Number(revision)]!));
     sent += 1n;
   }
   call.end();
@@ -148,7 +147,7 @@ function readAll(context: StreamsContext, call: ReadCall, options: Options): voi
   for (const event of events) {
     if (sent >= count) break;
     if (filter && !filter(event)) continue;
-    call.write(readResponse(event, true));
+    call.write(readResponse(event));
     sent += 1n;
   }
   call.end();
@@ -184,7 +183,7 @@ function subscribeToAll(context: StreamsContext, call: ReadCall, options: Option
     for (const event of context.log.readAllForwards(after)) {
       if (compare(event.position, after) <= 0) continue;
       after = event.position;
-      if (!filter || filter(event)) call.write(readResponse(event, true));
+      if (!filter || filter(event)) call.write(readResponse(event));
       considered += 1;
       if (checkpointEvery && considered % checkpointEvery === 0) call.write(checkpoint(event.position));
     }
