@@ -45,6 +45,7 @@ const environmentSchema = z
     PROJECTOR_MAX_BATCH_EVENTS: integer(20_000, 500, 1_000_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
+    CHANGE_STREAMS_PER_CALLER: integer(10, 1, 10_000),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
     METRICS_PORT: z.preprocess(
       emptyAsUndefined,
@@ -85,6 +86,8 @@ export type Config = Readonly<{
   projectorMaxBatchEvents: number;
   bodyLimitBytes: number;
   rateLimitPerMinute: number;
+  /** Open change streams (contract §14) per caller (`sub`) and instance; one more is refused with 429. */
+  changeStreamsPerCaller: number;
   logLevel: string;
   /** Where GET /metrics is served: on the API's port (`port` undefined) or on a listener of its own. */
   metrics: Readonly<{ port: number | undefined; host: string }>;
@@ -131,6 +134,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     projectorMaxBatchEvents: env.PROJECTOR_MAX_BATCH_EVENTS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
+    changeStreamsPerCaller: env.CHANGE_STREAMS_PER_CALLER,
     logLevel: env.LOG_LEVEL,
     metrics: Object.freeze({ port: env.METRICS_PORT, host: env.METRICS_HOST ?? env.HOST }),
     tracing: Object.freeze({

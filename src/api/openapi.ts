@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { ErrorCode } from '../errors.js';
 import { statusOf } from './errors.js';
-import { operations } from './operations.js';
+import { operations, scopesOf } from './operations.js';
 import {
   errorBodySchema,
   idempotencyKeyPattern,
@@ -131,6 +131,11 @@ const requestIdHeader = {
   schema: { type: 'string' },
 };
 
+const tagOf = (name: OperationName) => {
+  const [scope] = scopesOf(name);
+  return scopesOf(name).length > 1 ? 'Changes' : scope!.startsWith('workspaces') ? 'Workspaces' : 'Solutions';
+};
+
 function pathItem(name: OperationName) {
   const operation = operations[name];
   const Name = pascal(name);
@@ -152,10 +157,16 @@ function pathItem(name: OperationName) {
     post: {
       operationId: name,
       summary: operation.summary,
-      description: `Scope \`${operation.scope}\`. A ${operation.kind}: sends \`{"query": "${name}", "params": {...}}\` to \`POST /api\`.`,
-      tags: [operation.scope.startsWith('workspaces') ? 'Workspaces' : 'Solutions'],
-      security: [{ bearerAuth: [operation.scope] }],
-      parameters: [ref('parameters', 'RequestId'), ...(operation.kind === 'command' ? [ref('parameters', 'IdempotencyKey')] : [])],
+      description: `Scope ${scopesOf(name)
+        .map((scope) => `\`${scope}\``)
+        .join(' or ')}. A ${operation.kind}: sends \`{"query": "${name}", "params": {...}}\` to \`POST /api\`.`,
+      tags: [tagOf(name)],
+      security: scopesOf(name).map((scope) => ({ bearerAuth: [scope] })),
+      parameters: [
+        ref('parameters', 'RequestId'),
+        ...(operation.kind === 'command' ? [ref('parameters', 'IdempotencyKey')] : []),
+        ...(name === 'list_changes' ? [ref('parameters', 'Accept'), ref('parameters', 'LastEventId')] : []),
+      ],
       requestBody: { required: true, content: { 'application/json': { schema: ref('schemas', `${Name}Request`) } } },
       responses: {
         '200': {
@@ -175,13 +186,28 @@ function pathItem(name: OperationName) {
                 }
               : {}),
           },
-          content: { 'application/json': { schema: ref('schemas', `${Name}Response`) } },
+          content: {
+            'application/json': { schema: ref('schemas', `${Name}Response`) },
+            ...(name === 'list_changes' ? { 'text/event-stream': changeStream } : {}),
+          },
         },
         ...errorResponses,
       },
     },
   };
 }
+
+/** list_changes with `Accept: text/event-stream` (contract §14). */
+const changeStream = {
+  schema: {
+    type: 'string',
+    description:
+      'Server-Sent Events, one per change: `id:` the change id (a cursor), `event:` its type, `data:` the Change as one JSON line ' +
+      '(the schema `ListChangesResult` items). A comment line (`:`) at least every 15 s. The stream ends when the token expires ' +
+      'or the instance stops; reconnect with `Last-Event-ID` to continue exactly after the last change received.',
+  },
+  example: 'id: AAAAAAAAuzEAAAAAAAAABA\nevent: WorkspaceCreated\ndata: {"id":"AAAAAAAAuzEAAAAAAAAABA","type":"WorkspaceCreated",...}\n\n',
+};
 
 const readinessSchema = {
   type: 'object',
@@ -208,6 +234,7 @@ export function openApiDocument(version: string) {
     tags: [
       { name: 'Workspaces', description: 'Workspaces and their history.' },
       { name: 'Solutions', description: 'Solutions, inside workspaces, and their history.' },
+      { name: 'Changes', description: 'The change feed: every change the caller may read, paged, long-polled or streamed.' },
       { name: 'Operations', description: 'Liveness and readiness, without a token.' },
     ],
     paths: {
@@ -263,6 +290,20 @@ export function openApiDocument(version: string) {
           required: false,
           ...requestIdHeader,
           schema: { type: 'string', pattern: requestIdPattern.source },
+        },
+        Accept: {
+          name: 'Accept',
+          in: 'header',
+          required: false,
+          description: '`text/event-stream` streams the changes as Server-Sent Events instead of answering one page.',
+          schema: { type: 'string' },
+        },
+        LastEventId: {
+          name: 'Last-Event-ID',
+          in: 'header',
+          required: false,
+          description: 'With the stream: continue after this change id (it takes the place of `after`).',
+          schema: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,128}$' },
         },
         IdempotencyKey: {
           name: 'Idempotency-Key',

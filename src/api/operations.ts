@@ -1,4 +1,7 @@
-import { notFound } from '../errors.js';
+import { decodeCursor } from '../changes/cursor.js';
+import { readableTypes, type ChangePage, type ChangeQuery } from '../changes/feed.js';
+import { startOfLog } from '../eventstore/port.js';
+import { notFound, ServiceError } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import type { CommandHandlers, Caller } from '../write/handlers.js';
@@ -25,6 +28,8 @@ export type Queries = {
     workspaceId: string | undefined,
     page: { page: number; size: number },
   ): Promise<Page<Solution>>;
+  /** A page of the change feed; with `waitMs`, waits that long for a change when none is there (ended early by `signal`). */
+  listChanges(query: ChangeQuery, waitMs: number, signal?: AbortSignal): Promise<ChangePage>;
 };
 
 /** The Workspace and Solution Responses, fields in the spec's order whichever side produced them. */
@@ -50,12 +55,21 @@ const solutionResponse = (s: Solution) => ({
 });
 const pageOf = <T, R>(page: Page<T>, present: (item: T) => R) => ({ ...page, items: page.items.map(present) });
 
-export type OperationContext = { caller: Caller; commands: CommandHandlers; queries: Queries };
+export type OperationContext = {
+  caller: Caller;
+  /** The token's scopes: an operation open to several narrows what it shows by them. */
+  scopes: ReadonlySet<string>;
+  commands: CommandHandlers;
+  queries: Queries;
+  /** Ends a long wait early (the client went away). */
+  signal?: AbortSignal;
+};
 
 type Operation<O extends OperationName> = {
   /** Commands change records (and honour Idempotency-Key); queries only read. */
   kind: 'command' | 'query';
-  scope: Scope;
+  /** The scope needed; a list: any one of them. */
+  scope: Scope | readonly Scope[];
   /** One line for the API reference and the docs page. */
   summary: string;
   /** Whether it names a record that may not exist, or not be the caller's (404). */
@@ -68,6 +82,23 @@ function visibleOrganizations(caller: Caller, filter: string | undefined): strin
   if (filter !== undefined) return caller.organizations.has(filter) ? [filter] : [];
   return [...caller.organizations];
 }
+
+/** The change feed query of `list_changes`' parameters, for this caller. */
+export function changeQueryOf(params: ParamsOf<'list_changes'>, caller: Caller, scopes: ReadonlySet<string>): ChangeQuery {
+  const after = params.after === undefined ? startOfLog : decodeCursor(params.after);
+  // The schema let only decodable cursors through.
+  if (!after) throw new ServiceError('validation_error', 'invalid parameters', [{ path: 'params.after', message: 'must be a cursor' }]);
+  return {
+    organizations: visibleOrganizations(caller, params.organization_id),
+    workspaceId: params.workspace_id,
+    types: readableTypes(scopes, params.types),
+    after,
+    limit: params.limit,
+  };
+}
+
+/** The scopes an operation accepts, any one of them. */
+export const scopesOf = (name: OperationName): readonly Scope[] => [operations[name].scope].flat();
 
 const found = <T>(record: T | undefined, what: string): T => {
   if (record === undefined) throw notFound(what);
@@ -171,6 +202,16 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     summary: 'Deletes a solution.',
     namesRecord: true,
     run: ({ id }, { caller, commands }) => commands.deleteSolution(id, caller),
+  },
+  list_changes: {
+    kind: 'query',
+    scope: ['workspaces:read', 'solutions:read'],
+    summary:
+      'The changes the caller may read, in log order, paged by cursor; waits for one with `wait_ms`; ' +
+      'with `Accept: text/event-stream`, streams them as Server-Sent Events.',
+    namesRecord: false,
+    run: (params, { caller, scopes, queries, signal }) =>
+      queries.listChanges(changeQueryOf(params, caller, scopes), params.wait_ms, signal),
   },
 };
 

@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { decodeCursor } from '../changes/cursor.js';
+import { changeTypes } from '../changes/feed.js';
 import { errorCodes, type ErrorCode } from '../errors.js';
 import {
   attributes,
@@ -28,6 +30,14 @@ export const envelopeSchema = z.strictObject({
 const pageNumber = z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).meta({ description: 'The page, from 1.' });
 const pageSize = z.number().int().min(1).max(100).meta({ description: 'Items per page, 1 to 100.' });
 const paging = { page: pageNumber, size: pageSize };
+
+/** A change feed cursor (contract §14): opaque, as `list_changes` gave it. */
+export const cursor = z
+  .string()
+  .refine((value) => decodeCursor(value) !== undefined, 'must be a cursor from list_changes (`next` or a change id)')
+  .meta({ description: 'A cursor from list_changes: opaque, 1 to 128 of A-Z a-z 0-9 _ -.', pattern: '^[A-Za-z0-9_-]{1,128}$' });
+
+const changeType = z.enum(changeTypes);
 
 /** Parameters per operation; strict, so an unknown parameter is a validation error. */
 export const paramsSchemas = {
@@ -70,6 +80,20 @@ export const paramsSchemas = {
     documentation: documentation.optional(),
   }),
   delete_solution: z.strictObject({ id: solutionId }),
+  list_changes: z.strictObject({
+    after: cursor.optional().meta({ description: 'Continue after this cursor; left out, from the start of the log.' }),
+    limit: z.number().int().min(1).max(1000).default(100).meta({ description: 'Changes per page, 1 to 1000 (default 100).' }),
+    organization_id: organizationId.optional(),
+    workspace_id: workspaceId.optional().meta({ description: 'Only this workspace and its solutions.' }),
+    types: z.array(changeType).min(1).optional().meta({ description: 'Only these event types.' }),
+    wait_ms: z
+      .number()
+      .int()
+      .min(0)
+      .max(30_000)
+      .default(0)
+      .meta({ description: 'With nothing after the cursor, wait up to this long for a change (0 to 30000, default 0).' }),
+  }),
 } as const;
 
 export type OperationName = keyof typeof paramsSchemas;
@@ -169,6 +193,25 @@ export const solutionHistoryItemSchema = z.discriminatedUnion('type', [
   ),
 ]);
 
+/** A change of the feed (contract §14): `version` and `data` as in the record's history. */
+export const changeSchema = z.strictObject({
+  id: cursor.meta({ description: "The change's cursor: `after` or `Last-Event-ID` continue after it." }),
+  type: changeType,
+  occurred_at: timestamp,
+  actor: text('The `sub` of the token that caused the change.'),
+  organization_id: organizationId,
+  workspace_id: workspaceId,
+  solution_id: solutionId.optional().meta({ description: 'Solution events only.' }),
+  version: z.number().int().min(1).meta({ description: "The event's 1-based sequence number in the record's stream." }),
+  data: z.record(z.string(), z.unknown()).meta({ description: "The event's data, as the record's history shows it." }),
+});
+
+const changePageSchema = z.strictObject({
+  items: z.array(changeSchema),
+  next: cursor.meta({ description: 'Pass as `after` to continue exactly after the last change considered.' }),
+  has_more: z.boolean().meta({ description: 'Whether more changes were already there when this page was read.' }),
+});
+
 const deletedSchema = <Id extends z.ZodString>(id: Id) => z.strictObject({ id });
 
 export const resultSchemas = {
@@ -184,6 +227,7 @@ export const resultSchemas = {
   create_solution: solutionSchema,
   update_solution: solutionSchema,
   delete_solution: deletedSchema(solutionId),
+  list_changes: changePageSchema,
 } as const satisfies { [O in OperationName]: z.ZodType };
 
 export type ResultOf<O extends OperationName> = z.output<(typeof resultSchemas)[O]>;

@@ -59,6 +59,12 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly changeStreamsOpen = new Gauge({
+    name: `${metricPrefix}change_streams_open`,
+    help: 'Change streams (list_changes as Server-Sent Events) open at this instance',
+    registers: [this.registry],
+  });
+
   readonly idempotencyReplays = new Counter({
     name: `${metricPrefix}idempotency_replays_total`,
     help: 'Keyed commands answered with the kept answer of an earlier request (idempotent-replayed: true)',

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { changeEntriesOf } from '../changes/feed.js';
 import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eventstore/event-log.js';
 import { comparePositions, encodePosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
@@ -285,7 +286,11 @@ export class ProjectionRunner {
         events.map((logged) => logged.event),
         loaded,
       );
-      const moved = await writeChanges(client, changes, { from, to, notify: { channel: progressChannel, payload: encodePosition(to) } });
+      const moved = await writeChanges(
+        client,
+        { ...changes, feed: changeEntriesOf(events) },
+        { from, to, notify: { channel: progressChannel, payload: encodePosition(to) } },
+      );
       if (!moved) throw new LostLeadership('the checkpoint was moved by another projector');
       if (beforeCommit) {
         await beforeCommit();

@@ -7,6 +7,7 @@ import { createTokenVerifier } from '../api/auth.js';
 import { IdempotencyKeys } from '../api/idempotency.js';
 import type { Queries } from '../api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from '../audit/history.js';
+import { createChangeFeed } from '../changes/adapters/feed.js';
 import type { Config } from '../config.js';
 import { foreignEventLog, reportForeignEvents } from '../eventstore/event-log.js';
 import { InstrumentedEventStore } from '../eventstore/instrumented.js';
@@ -128,6 +129,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listWorkspaces: (organizations, page) => listWorkspaces(pool, organizations, page),
       getSolution: (id, organizations) => getSolution(pool, id, organizations),
       listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),
+      listChanges: createChangeFeed(pool, progress),
     };
 
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });

@@ -72,6 +72,7 @@ describe('the API document and the docs page', () => {
       list_solutions: { page: 1, size: 10 },
       create_solution: { workspace_id: workspace.id, name: 'Doc 2' },
       update_solution: { id: solution.id, name: 'Doc 3' },
+      list_changes: { limit: 10 },
       // Last, so the records above stay for the others.
       delete_solution: { id: solution.id },
       delete_workspace: { id: workspace.id },

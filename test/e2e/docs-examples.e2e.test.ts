@@ -58,6 +58,8 @@ const generated: [kind: string, pattern: RegExp][] = [
   ['sol', /^sol_[A-Za-z0-9_-]{21}$/],
   ['timestamp', /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$/],
   ['request id', /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/],
+  // A change feed cursor (a log position as base64url): its value depends on the store.
+  ['cursor', /^[A-Za-z0-9_-]{22}$/],
 ];
 
 /**

@@ -69,6 +69,7 @@ describe('versioned migrations', () => {
       'workspace_solution_counts',
       'cascade_pending',
       'projection_checkpoints',
+      'changes',
     ];
     const migrated = await tableShapes(pool, 'public', tables);
     expect(migrated.length).toBeGreaterThan(20);

@@ -5,6 +5,7 @@ import { projectorLeader } from './0004-projector-leader.js';
 import { claimsHeldByASession } from './0005-claims-held-by-a-session.js';
 import { appendBatch } from './0006-append-batch.js';
 import { projectionDeadLetters } from './0007-projection-dead-letters.js';
+import { changeFeed } from './0008-change-feed.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -18,4 +19,5 @@ export const migrations: readonly Migration[] = [
   claimsHeldByASession,
   appendBatch,
   projectionDeadLetters,
+  changeFeed,
 ];

@@ -29,7 +29,7 @@ describe('the OpenAPI document', () => {
     for (const [name, operation] of Object.entries(operations)) {
       const documented = apiOperation(name);
       expect(documented.operationId).toBe(name);
-      expect(documented.security).toEqual([{ bearerAuth: [operation.scope] }]);
+      expect(documented.security).toEqual([operation.scope].flat().map((scope) => ({ bearerAuth: [scope] })));
       const headers = documented.parameters.map((parameter) => parameter.$ref);
       expect(headers.includes('#/components/parameters/IdempotencyKey')).toBe(operation.kind === 'command');
     }
