@@ -15,7 +15,7 @@ import { errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
-import { changeQueryOf, isOperationName, operations, scopesOf, type OperationContext, type Queries } from './operations.js';
+import { changeQueryOf, isOperationName, operations, scopesOf, type OperationContext, type Queries, type Webhooks } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas, requestIdPattern, type ParamsOf } from './schemas.js';
 import { validationDetails, validationErrorMap } from './validation-messages.js';
@@ -25,6 +25,7 @@ export type AppServices = {
   idempotency: IdempotencyKeys;
   commands: CommandHandlers;
   queries: Queries;
+  webhooks: Webhooks;
   readiness: () => Promise<Readiness>;
   metrics: Metrics;
 };
@@ -199,6 +200,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         scopes: principal.scopes,
         commands: services.commands,
         queries: services.queries,
+        webhooks: services.webhooks,
         ...(query === 'list_changes' ? { signal: closedSignal(reply) } : {}),
       };
       const run = async () => ({ data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, context) });

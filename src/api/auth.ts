@@ -4,7 +4,7 @@ import { z } from 'zod';
 import { ServiceError, unavailable } from '../errors.js';
 import { organizationId } from '../domain/values.js';
 
-export const scopes = ['workspaces:read', 'workspaces:write', 'solutions:read', 'solutions:write'] as const;
+export const scopes = ['workspaces:read', 'workspaces:write', 'solutions:read', 'solutions:write', 'webhooks:manage'] as const;
 export type Scope = (typeof scopes)[number];
 
 export type Principal = {

@@ -1,6 +1,7 @@
 import { decodeCursor } from '../changes/cursor.js';
-import { readableTypes, type ChangePage, type ChangeQuery } from '../changes/feed.js';
+import { changeTypes, readableTypes, type ChangePage, type ChangeQuery } from '../changes/feed.js';
 import { startOfLog } from '../eventstore/port.js';
+import type { WebhookStore } from '../webhooks/adapters/store.js';
 import { notFound, ServiceError } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { Page, PageRequest } from '../read/pages.js';
@@ -9,6 +10,11 @@ import type { Solution } from '../domain/solution.js';
 import type { Workspace } from '../domain/workspace.js';
 import type { Scope } from './auth.js';
 import type { OperationName, ParamsOf, ResultOf } from './schemas.js';
+
+/** The webhooks' store (src/webhooks/adapters/store.ts), and the check of a target URL as written. */
+export type Webhooks = Pick<WebhookStore, 'create' | 'get' | 'list' | 'update' | 'remove' | 'rotate' | 'deliveries' | 'redeliver'> & {
+  targetProblem(url: string): string | undefined;
+};
 
 /** The read side as the API sees it: plain queries over the read tables. */
 export type Queries = {
@@ -61,6 +67,7 @@ export type OperationContext = {
   scopes: ReadonlySet<string>;
   commands: CommandHandlers;
   queries: Queries;
+  webhooks: Webhooks;
   /** Ends a long wait early (the client went away). */
   signal?: AbortSignal;
 };
@@ -99,6 +106,16 @@ export function changeQueryOf(params: ParamsOf<'list_changes'>, caller: Caller, 
 
 /** The scopes an operation accepts, any one of them. */
 export const scopesOf = (name: OperationName): readonly Scope[] => [operations[name].scope].flat();
+
+/** A webhook target refused as written (contract §15): a validation error on `params.url`. */
+function checkTarget(webhooks: Webhooks, url: string | undefined): void {
+  const problem = url === undefined ? undefined : webhooks.targetProblem(url);
+  if (problem) throw new ServiceError('validation_error', 'invalid parameters', [{ path: 'params.url', message: problem }]);
+}
+
+/** The members given a value (an optional parameter left out is not a change). */
+const definedOnly = <T extends object>(value: T) =>
+  Object.fromEntries(Object.entries(value).filter(([, member]) => member !== undefined)) as { [K in keyof T]?: Exclude<T[K], undefined> };
 
 const found = <T>(record: T | undefined, what: string): T => {
   if (record === undefined) throw notFound(what);
@@ -212,6 +229,75 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     namesRecord: false,
     run: (params, { caller, scopes, queries, signal }) =>
       queries.listChanges(changeQueryOf(params, caller, scopes), params.wait_ms, signal),
+  },
+  create_webhook: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "Creates a webhook for one of the caller's organizations; answers its secret, shown only here and on rotation.",
+    namesRecord: true,
+    run: async ({ organization_id, url, types, description }, { caller, webhooks }) => {
+      if (!caller.organizations.has(organization_id)) throw notFound('organization');
+      checkTarget(webhooks, url);
+      return webhooks.create({ organization_id, url, types: types ?? [...changeTypes], description: description ?? '' });
+    },
+  },
+  get_webhook: {
+    kind: 'query',
+    scope: 'webhooks:manage',
+    summary: 'One webhook (without its secret).',
+    namesRecord: true,
+    run: async ({ id }, { caller, webhooks }) => found(await webhooks.get(id, [...caller.organizations]), 'webhook'),
+  },
+  list_webhooks: {
+    kind: 'query',
+    scope: 'webhooks:manage',
+    summary: "The webhooks of the caller's organizations, oldest first.",
+    namesRecord: false,
+    run: ({ page, size, organization_id }, { caller, webhooks }) =>
+      webhooks.list(visibleOrganizations(caller, organization_id), { page, size }),
+  },
+  update_webhook: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "Changes a webhook's url, types or description, or pauses and resumes it (`enabled`).",
+    namesRecord: true,
+    run: async ({ id, ...changes }, { caller, webhooks }) => {
+      checkTarget(webhooks, changes.url);
+      return found(await webhooks.update(id, [...caller.organizations], definedOnly(changes)), 'webhook');
+    },
+  },
+  delete_webhook: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: 'Deletes a webhook and its delivery log; nothing more is delivered to it.',
+    namesRecord: true,
+    run: async ({ id }, { caller, webhooks }) => {
+      if (!(await webhooks.remove(id, [...caller.organizations]))) throw notFound('webhook');
+      return { id };
+    },
+  },
+  rotate_webhook_secret: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "A new secret, answered once; deliveries carry the old secret's signature beside the new one's for 24 h.",
+    namesRecord: true,
+    run: async ({ id }, { caller, webhooks }) => found(await webhooks.rotate(id, [...caller.organizations]), 'webhook'),
+  },
+  list_webhook_deliveries: {
+    kind: 'query',
+    scope: 'webhooks:manage',
+    summary: "A webhook's deliveries in log order, optionally of one status.",
+    namesRecord: true,
+    run: async ({ id, page, size, status }, { caller, webhooks }) =>
+      found(await webhooks.deliveries(id, [...caller.organizations], { page, size }, status), 'webhook'),
+  },
+  redeliver_webhook_change: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "Delivers a change of the webhook's organization again, now, with a fresh retry schedule.",
+    namesRecord: true,
+    run: async ({ id, change_id }, { caller, webhooks }) =>
+      found(await webhooks.redeliver(id, [...caller.organizations], change_id), 'change'),
   },
 };
 

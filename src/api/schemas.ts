@@ -11,6 +11,7 @@ import {
   organizationId,
   solutionId,
   timestamp,
+  webhookId,
   workspaceId,
 } from '../domain/values.js';
 
@@ -38,6 +39,13 @@ export const cursor = z
   .meta({ description: 'A cursor from list_changes: opaque, 1 to 128 of A-Z a-z 0-9 _ -.', pattern: '^[A-Za-z0-9_-]{1,128}$' });
 
 const changeType = z.enum(changeTypes);
+const webhookUrl = z
+  .string()
+  .min(1)
+  .max(2048)
+  .meta({ description: 'Where changes are POSTed: https://, a public address (checked again at every connection).' });
+const webhookTypes = z.array(changeType).min(1).meta({ description: 'The event types delivered; default all six.' });
+const deliveryStatus = z.enum(['pending', 'succeeded', 'failed']);
 
 /** Parameters per operation; strict, so an unknown parameter is a validation error. */
 export const paramsSchemas = {
@@ -94,6 +102,25 @@ export const paramsSchemas = {
       .default(0)
       .meta({ description: 'With nothing after the cursor, wait up to this long for a change (0 to 30000, default 0).' }),
   }),
+  create_webhook: z.strictObject({
+    organization_id: organizationId,
+    url: webhookUrl,
+    types: webhookTypes.optional(),
+    description: description.optional(),
+  }),
+  get_webhook: z.strictObject({ id: webhookId }),
+  list_webhooks: z.strictObject({ ...paging, organization_id: organizationId.optional() }),
+  update_webhook: z.strictObject({
+    id: webhookId,
+    url: webhookUrl.optional(),
+    types: webhookTypes.optional(),
+    description: description.optional(),
+    enabled: z.boolean().optional().meta({ description: 'false pauses deliveries; true resumes them (also after a disabling).' }),
+  }),
+  delete_webhook: z.strictObject({ id: webhookId }),
+  rotate_webhook_secret: z.strictObject({ id: webhookId }),
+  list_webhook_deliveries: z.strictObject({ id: webhookId, ...paging, status: deliveryStatus.optional() }),
+  redeliver_webhook_change: z.strictObject({ id: webhookId, change_id: cursor }),
 } as const;
 
 export type OperationName = keyof typeof paramsSchemas;
@@ -212,6 +239,36 @@ const changePageSchema = z.strictObject({
   has_more: z.boolean().meta({ description: 'Whether more changes were already there when this page was read.' }),
 });
 
+export const webhookSchema = z.strictObject({
+  id: webhookId,
+  organization_id: organizationId,
+  url: z.string(),
+  types: z.array(changeType),
+  description,
+  enabled: z.boolean(),
+  disabled_reason: z
+    .enum(['gone', 'failing'])
+    .nullable()
+    .meta({ description: 'Why deliveries stopped: the receiver answered 410 Gone, or failed for days without a success.' }),
+  created_at: timestamp,
+  updated_at: timestamp,
+});
+
+const webhookWithSecretSchema = webhookSchema.extend({
+  secret: text('`whsec_` and the base64 of 32 random bytes: shown only in this answer. Verify signatures with it.'),
+});
+
+export const deliverySchema = z.strictObject({
+  change_id: cursor,
+  type: changeType,
+  status: deliveryStatus,
+  attempts: z.number().int().min(0),
+  last_attempt_at: timestamp.nullable(),
+  last_status_code: z.number().int().nullable(),
+  last_error: z.string().nullable(),
+  next_attempt_at: timestamp.nullable(),
+});
+
 const deletedSchema = <Id extends z.ZodString>(id: Id) => z.strictObject({ id });
 
 export const resultSchemas = {
@@ -228,6 +285,14 @@ export const resultSchemas = {
   update_solution: solutionSchema,
   delete_solution: deletedSchema(solutionId),
   list_changes: changePageSchema,
+  create_webhook: webhookWithSecretSchema,
+  get_webhook: webhookSchema,
+  list_webhooks: pageOf(webhookSchema),
+  update_webhook: webhookSchema,
+  delete_webhook: deletedSchema(webhookId),
+  rotate_webhook_secret: webhookWithSecretSchema,
+  list_webhook_deliveries: pageOf(deliverySchema),
+  redeliver_webhook_change: deliverySchema,
 } as const satisfies { [O in OperationName]: z.ZodType };
 
 export type ResultOf<O extends OperationName> = z.output<(typeof resultSchemas)[O]>;

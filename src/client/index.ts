@@ -26,6 +26,14 @@ export const operationKinds: { readonly [O in OperationName]: 'command' | 'query
   update_solution: 'command',
   delete_solution: 'command',
   list_changes: 'query',
+  create_webhook: 'command',
+  get_webhook: 'query',
+  list_webhooks: 'query',
+  update_webhook: 'command',
+  delete_webhook: 'command',
+  rotate_webhook_secret: 'command',
+  list_webhook_deliveries: 'query',
+  redeliver_webhook_change: 'command',
 };
 
 /** A change of the feed (contract §14). */
@@ -291,4 +299,43 @@ export function createClient(options: ClientOptions): Client {
     ]),
   ) as Methods;
   return { ...methods, call, pages, items, changes, streamChanges };
+}
+
+/** A webhook delivery whose signature did not verify: refuse it (answer 400), never act on it. */
+export class WebhookVerificationError extends Error {
+  override readonly name = 'WebhookVerificationError';
+}
+
+/**
+ * Verifies a webhook delivery (contract §15, Standard Webhooks) and returns its payload: one of
+ * the `webhook-signature` signatures must be the HMAC-SHA256 of `id.timestamp.body` with the
+ * secret, and `webhook-timestamp` within 5 minutes of now. `body` is the raw request body, as
+ * received. Uses Web Crypto, so it runs in Node and in browsers alike.
+ */
+export async function verifyWebhook(
+  secret: string,
+  headers: Record<string, string | string[] | undefined> | Headers,
+  body: string,
+  toleranceSeconds = 300,
+): Promise<{ type: string; timestamp: string; data: Change }> {
+  const header = (name: string) => {
+    const value = headers instanceof Headers ? headers.get(name) : headers[name];
+    return Array.isArray(value) ? value[0] : (value ?? undefined);
+  };
+  const [id, timestamp, signatures] = [header('webhook-id'), header('webhook-timestamp'), header('webhook-signature')];
+  if (!id || !timestamp || !signatures || !/^\d+$/.test(timestamp)) throw new WebhookVerificationError('missing webhook headers');
+  if (Math.abs(Date.now() / 1000 - Number(timestamp)) > toleranceSeconds) throw new WebhookVerificationError('timestamp too old or new');
+  const keyBytes = Uint8Array.from(atob(secret.replace(/^whsec_/, '')), (character) => character.charCodeAt(0));
+  const key = await crypto.subtle.importKey('raw', keyBytes, { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
+  const message = new TextEncoder().encode(`${id}.${timestamp}.${body}`);
+  for (const candidate of signatures.split(' ')) {
+    const [version, encoded] = candidate.split(',');
+    if (version !== 'v1' || !encoded) continue;
+    const signature = Uint8Array.from(atob(encoded), (character) => character.charCodeAt(0));
+    // crypto.subtle.verify compares in constant time.
+    if (await crypto.subtle.verify('HMAC', key, signature, message)) {
+      return JSON.parse(body) as { type: string; timestamp: string; data: Change };
+    }
+  }
+  throw new WebhookVerificationError('no signature matches the secret');
 }

@@ -5,9 +5,12 @@ import type { AppServices } from '../api/app.js';
 import type { AuthSettings } from '../api/auth.js';
 import { createTokenVerifier } from '../api/auth.js';
 import { IdempotencyKeys } from '../api/idempotency.js';
-import type { Queries } from '../api/operations.js';
+import type { Queries, Webhooks } from '../api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from '../audit/history.js';
 import { createChangeFeed } from '../changes/adapters/feed.js';
+import { WebhookDispatcher } from '../webhooks/adapters/dispatcher.js';
+import { WebhookStore } from '../webhooks/adapters/store.js';
+import { targetProblem } from '../webhooks/adapters/targets.js';
 import type { Config } from '../config.js';
 import { foreignEventLog, reportForeignEvents } from '../eventstore/event-log.js';
 import { InstrumentedEventStore } from '../eventstore/instrumented.js';
@@ -42,6 +45,7 @@ export type Runtime = {
   projector: ProjectionRunner;
   progress: ProjectionProgress;
   cascade: CascadeWorker;
+  dispatcher: WebhookDispatcher;
   /** Stops the projector, closes pools and stops an embedded database, in that order. */
   close: () => Promise<void>;
 };
@@ -50,6 +54,8 @@ export type RuntimeOptions = {
   /** Whether this instance competes to run the projector (tests may run a command-only instance). */
   runProjector?: boolean;
   projectorBatchSize?: number;
+  /** Whether this instance delivers webhooks (every instance does by default; they share the work). */
+  deliverWebhooks?: boolean;
 };
 
 async function resolveAuth(config: Config): Promise<AuthSettings> {
@@ -132,6 +138,26 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listChanges: createChangeFeed(pool, progress),
     };
 
+    const webhookStore = new WebhookStore(pool, () => `wh_${nanoid()}`);
+    const webhooks: Webhooks = Object.assign(
+      Object.fromEntries(
+        (['create', 'get', 'list', 'update', 'remove', 'rotate', 'deliveries', 'redeliver'] as const).map((name) => [
+          name,
+          webhookStore[name].bind(webhookStore),
+        ]),
+      ) as Omit<Webhooks, 'targetProblem'>,
+      { targetProblem: (url: string) => targetProblem(url, config.webhooks.allowPrivateTargets) },
+    );
+    const dispatcher = new WebhookDispatcher(pool, progress, config.webhooks, logger.child({ component: 'webhooks' }), {
+      onAttempt: (outcome, seconds) => {
+        metrics.webhookAttempts.inc({ outcome });
+        metrics.webhookAttemptDuration.observe(seconds);
+      },
+      onDelivered: (seconds) => metrics.webhookDeliveryLatency.observe(seconds),
+    });
+    metrics.webhookOldestPending = () => dispatcher.oldestPendingSeconds();
+    if (options.deliverWebhooks ?? true) dispatcher.start();
+
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });
     metrics.watch({
       readiness,
@@ -151,6 +177,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
         ),
         commands,
         queries,
+        webhooks,
         readiness,
         metrics,
       },
@@ -161,7 +188,9 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       projector,
       progress,
       cascade,
+      dispatcher,
       close: async () => {
+        await dispatcher.stop();
         await projector.stop();
         await cascade.close();
         progress.close();

@@ -6,6 +6,7 @@ import { claimsHeldByASession } from './0005-claims-held-by-a-session.js';
 import { appendBatch } from './0006-append-batch.js';
 import { projectionDeadLetters } from './0007-projection-dead-letters.js';
 import { changeFeed } from './0008-change-feed.js';
+import { webhooks } from './0009-webhooks.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -20,4 +21,5 @@ export const migrations: readonly Migration[] = [
   appendBatch,
   projectionDeadLetters,
   changeFeed,
+  webhooks,
 ];

@@ -27,7 +27,18 @@ function libraryDefaults(operation: OperationName, params: unknown): Set<string>
 }
 
 /** Values each field may hold; the first a field accepts is its value when another field is tested. */
-const validSamples: unknown[] = ['ws_a', 'sol_a', 'org_unit', 'Name', 1, '2026-11-22T10:00:00Z', {}, { blocks: [] }];
+const validSamples: unknown[] = [
+  'ws_a',
+  'sol_a',
+  'wh_a',
+  'AAAAAAAAAAAAAAAAAAAAAA',
+  'org_unit',
+  'Name',
+  1,
+  '2026-11-22T10:00:00Z',
+  {},
+  { blocks: [] },
+];
 
 const block = (content: unknown = 'c') => ({ type: 'text', content });
 const nested = (depth: number): unknown => (depth === 0 ? 1 : { a: nested(depth - 1) });
