@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
 import { mintToken } from '../../src/api/tokens.js';
+import { rebuildReadModel } from '../../src/projections/rebuild/index.js';
 import type { Change } from '../../src/client/index.js';
 import { testSecret } from '../support/secret.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -161,6 +163,44 @@ describe('change feed', () => {
       if (streamed.length === paged.length) controller.abort();
     }
     expect(streamed).toEqual(paged);
+  });
+
+  it('shows every change exactly once to a reader paging while other clients write', async () => {
+    const busy = 'org_feed_busy';
+    const writer = await service.token([busy]);
+    const start = (await ok(service, writer, 'list_changes', { limit: 1000 })).next;
+    const writing = Promise.all(
+      Array.from({ length: 4 }, (_, client) =>
+        (async () => {
+          for (let i = 0; i < 8; i++) await ok(service, writer, 'create_workspace', { organization_id: busy, name: `C${client}-${i}` });
+        })(),
+      ),
+    );
+    const seen: Change[] = [];
+    let after = start;
+    let done = false;
+    void writing.then(() => (done = true));
+    for (;;) {
+      const finished = done;
+      const page = await ok(service, writer, 'list_changes', { after, limit: 3 });
+      seen.push(...page.items);
+      after = page.next;
+      if (finished && !page.has_more) break;
+    }
+    await writing;
+    expect(seen).toHaveLength(32);
+    expect(new Set(seen.map((change) => change.id)).size).toBe(32);
+    expect(seen).toEqual(await allChanges(writer, {}, 1000));
+  });
+
+  it('continues exactly from a cursor taken before a projection rebuild, and shows changes made after it', async () => {
+    const before = await allChanges(token, { organization_id: org }, 1000);
+    const middle = before[1]!.id;
+    await rebuildReadModel({ connectionString: service.databaseUrl, store: service.runtime.store, logger: pino({ level: 'silent' }) });
+    expect(await allChanges(token, { organization_id: org, after: middle }, 2)).toEqual(before.slice(2));
+    const created = await ok(service, token, 'create_workspace', { organization_id: org, name: 'After the rebuild' });
+    const after = await allChanges(token, { organization_id: org, after: before.at(-1)!.id });
+    expect(after.map((change) => change.workspace_id)).toEqual([created.id]);
   });
 
   it('refuses a bad Last-Event-ID and streams past the per-caller limit with JSON 429s; a stream ends when its token expires', async () => {
