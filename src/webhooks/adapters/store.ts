@@ -131,7 +131,7 @@ export class WebhookStore {
        FROM webhooks w JOIN changes c ON c.organization_id = w.organization_id AND c.commit_position = $3 AND c.prepare_position = $4
        WHERE w.id = $1 AND w.organization_id = ANY($2)
        ON CONFLICT (webhook_id, commit_position, prepare_position) DO UPDATE
-       SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL
+       SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL, lease = NULL, leased_until = NULL
        RETURNING ${deliveryColumns}`,
       [id, organizations, position.commit.toString(), position.prepare.toString()],
     );

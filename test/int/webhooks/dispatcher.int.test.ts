@@ -2,7 +2,6 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { pino } from 'pino';
-import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { changeEntriesOf, type FeedEvent } from '../../../src/changes/feed.js';
 import type { Envelope } from '../../../src/domain/events.js';
@@ -13,13 +12,14 @@ import { writeChanges } from '../../../src/projections/tables.js';
 import { WebhookDispatcher, type DispatcherSettings } from '../../../src/webhooks/adapters/dispatcher.js';
 import { WebhookStore } from '../../../src/webhooks/adapters/store.js';
 import { createTestDatabase } from '../../support/database.js';
+import { readDelivery, type ReceivedDelivery } from '../../support/webhook-receiver.js';
 
 /** The dispatcher on a real PostgreSQL with a real receiver on loopback: shared work, connection-time checks, disabling. */
 describe('webhook delivery', () => {
   let pool: pg.Pool;
   let server: Server;
   let url = '';
-  const received: { id: string; verified: boolean }[] = [];
+  const received: ReceivedDelivery[] = [];
   let secret = '';
   let answer = 200;
   let ids = 0;
@@ -63,17 +63,8 @@ describe('webhook delivery', () => {
     pool = new pg.Pool({ connectionString: await createTestDatabase(), max: 10 });
     await migrate(pool, { eventStore: false });
     server = createServer((request, response) => {
-      let body = '';
-      request.on('data', (chunk: Buffer) => (body += chunk));
-      request.on('end', () => {
-        const headers = Object.fromEntries(Object.entries(request.headers).map(([key, value]) => [key, String(value)]));
-        let verified = true;
-        try {
-          new StandardWebhook(secret).verify(body, headers);
-        } catch {
-          verified = false;
-        }
-        received.push({ id: headers['webhook-id']!, verified });
+      void readDelivery(request, secret).then((delivery) => {
+        received.push(delivery);
         response.writeHead(answer).end();
       });
     });
