@@ -1,5 +1,22 @@
 import { z } from 'zod';
 
+/** Webhook retries (contract §15): the contract's schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h. */
+export const defaultRetrySchedule = '5s,5m,30m,2h,5h,10h,10h';
+
+const units: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration such as `250ms`, `5s`, `30m`, `2h`, `5d` in milliseconds; undefined when malformed. */
+export function parseDuration(text: string): number | undefined {
+  const match = /^(\d{1,9})(ms|s|m|h|d)$/.exec(text.trim());
+  return match ? Number(match[1]) * units[match[2]!]! : undefined;
+}
+
+/** A comma-separated schedule of durations; undefined when any is malformed or there are none. */
+export function parseSchedule(text: string): number[] | undefined {
+  const delays = text.split(',').map(parseDuration);
+  return delays.length > 0 && delays.every((delay) => delay !== undefined) ? (delays as number[]) : undefined;
+}
+
 const emptyAsUndefined = (value: unknown) => (value === '' ? undefined : value);
 const optionalString = z.preprocess(emptyAsUndefined, z.string().optional());
 const optionalUrl = (protocols: RegExp, hint: string) =>
@@ -48,6 +65,23 @@ const environmentSchema = z
     RECORD_QUEUE_LIMIT: integer(256, 1, 100_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
+    CHANGE_STREAMS_PER_CALLER: integer(10, 1, 10_000),
+    WEBHOOK_TIMEOUT_MS: integer(15_000, 100, 600_000),
+    WEBHOOK_RETRY_SCHEDULE: z.preprocess(
+      emptyAsUndefined,
+      z
+        .string()
+        .default(defaultRetrySchedule)
+        .refine((text) => parseSchedule(text) !== undefined, 'must be durations separated by commas, such as 5s,5m,2h (units ms s m h d)'),
+    ),
+    WEBHOOK_DISABLE_AFTER: z.preprocess(
+      emptyAsUndefined,
+      z
+        .string()
+        .default('5d')
+        .refine((text) => parseDuration(text) !== undefined, 'must be a duration such as 5d, 12h or 30s'),
+    ),
+    WEBHOOK_ALLOW_PRIVATE_TARGETS: z.preprocess(emptyAsUndefined, z.enum(['true', 'false']).default('false')),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
     METRICS_PORT: z.preprocess(
       emptyAsUndefined,
@@ -107,6 +141,18 @@ export type Config = Readonly<{
   projectorBulkCatchUpEvents: number;
   bodyLimitBytes: number;
   rateLimitPerMinute: number;
+  /** Open change streams (contract §14) per caller (`sub`) and instance; one more is refused with 429. */
+  changeStreamsPerCaller: number;
+  webhooks: Readonly<{
+    /** An attempt fails without a 2xx within this long. */
+    timeoutMs: number;
+    /** Delays before each retry (±20 % jitter); once spent, the delivery is failed. */
+    retrySchedule: readonly number[];
+    /** A webhook failing for this long without a success is disabled. */
+    disableAfterMs: number;
+    /** http:// and non-public addresses allowed (development and tests only). */
+    allowPrivateTargets: boolean;
+  }>;
   logLevel: string;
   /** Where GET /metrics is served: on the API's port (`port` undefined) or on a listener of its own. */
   metrics: Readonly<{ port: number | undefined; host: string }>;
@@ -158,6 +204,13 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     projectorBulkCatchUpEvents: env.PROJECTOR_BULK_CATCH_UP_EVENTS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
+    changeStreamsPerCaller: env.CHANGE_STREAMS_PER_CALLER,
+    webhooks: Object.freeze({
+      timeoutMs: env.WEBHOOK_TIMEOUT_MS,
+      retrySchedule: Object.freeze(parseSchedule(env.WEBHOOK_RETRY_SCHEDULE)!),
+      disableAfterMs: parseDuration(env.WEBHOOK_DISABLE_AFTER)!,
+      allowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS === 'true',
+    }),
     logLevel: env.LOG_LEVEL,
     metrics: Object.freeze({ port: env.METRICS_PORT, host: env.METRICS_HOST ?? env.HOST }),
     tracing: Object.freeze({

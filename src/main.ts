@@ -47,6 +47,7 @@ async function main(): Promise<void> {
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     rateLimitPerMinute: config.rateLimitPerMinute,
+    changeStreamsPerCaller: config.changeStreamsPerCaller,
     serveMetrics: config.metrics.port === undefined,
   });
   let metricsServer: MetricsServer | undefined;

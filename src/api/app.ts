@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
 import { ServiceError } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
@@ -10,14 +10,15 @@ import type { Readiness } from '../observability/readiness.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
+import { ChangeStreams, wantsEventStream } from './change-stream.js';
 import { errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
 import type { PublicJwk } from '../integrity/checkpoints.js';
-import { isOperationName, operations, scopesOf, type Queries } from './operations.js';
+import { changeQueryOf, isOperationName, operations, scopesOf, type OperationContext, type Queries, type Webhooks } from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
-import { envelopeSchema, paramsSchemas, requestIdPattern } from './schemas.js';
+import { envelopeSchema, paramsSchemas, requestIdPattern, type ParamsOf } from './schemas.js';
 import { validationDetails, validationErrorMap } from './validation-messages.js';
 
 export type AppServices = {
@@ -25,6 +26,7 @@ export type AppServices = {
   idempotency: IdempotencyKeys;
   commands: CommandHandlers;
   queries: Queries;
+  webhooks: Webhooks;
   readiness: () => Promise<Readiness>;
   metrics: Metrics;
   /** The JWKS of GET /audit-keys (contract §13). */
@@ -38,6 +40,8 @@ export type AppOptions = {
   rateLimitPerMinute: number;
   /** Whether this app answers GET /metrics (false when METRICS_PORT gives it a listener of its own). */
   serveMetrics: boolean;
+  /** Open change streams per caller (default 10). */
+  changeStreamsPerCaller?: number;
 };
 
 declare module 'fastify' {
@@ -71,6 +75,13 @@ function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, 
   socket.destroy();
 }
 
+/** Aborts when the client goes away before its answer: a long poll stops waiting for it. */
+function closedSignal(reply: FastifyReply): AbortSignal {
+  const controller = new AbortController();
+  reply.raw.once('close', () => controller.abort());
+  return controller.signal;
+}
+
 /** The HTTP application, without a listening port: the server start-up and the tests build it alike. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   const { services } = options;
@@ -97,6 +108,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientErrorHandler: answerClientError,
   });
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
+  const changeStreams = new ChangeStreams(options.changeStreamsPerCaller ?? 10, services.metrics.changeStreamsOpen);
   observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics, isOperationName });
 
   acceptJsonBodies(app);
@@ -105,6 +117,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   let closing = false;
   app.addHook('preClose', async () => {
     closing = true;
+    changeStreams.closeAll();
   });
   app.addHook('onSend', async (_request, reply) => {
     if (closing) reply.header('connection', 'close');
@@ -178,13 +191,24 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
               commandId: IdempotencyKeys.commandId(principal.subject, key, requestHash),
             }),
       };
-      const run = async () => ({
-        data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, {
-          caller,
-          commands: services.commands,
-          queries: services.queries,
-        }),
-      });
+      if (query === 'list_changes' && wantsEventStream(request)) {
+        await changeStreams.serve(request, reply, {
+          subject: principal.subject,
+          expiresAt: principal.expiresAt,
+          query: changeQueryOf(parsed.data as ParamsOf<'list_changes'>, caller, principal.scopes),
+          listChanges: services.queries.listChanges,
+        });
+        return reply;
+      }
+      const context: OperationContext = {
+        caller,
+        scopes: principal.scopes,
+        commands: services.commands,
+        queries: services.queries,
+        webhooks: services.webhooks,
+        ...(query === 'list_changes' ? { signal: closedSignal(reply) } : {}),
+      };
+      const run = async () => ({ data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, context) });
       if (key === undefined || requestHash === undefined) return run();
       const answer = await runKeyedCommand({
         keys: services.idempotency,

@@ -4,10 +4,16 @@ import { z } from 'zod';
 import { ServiceError, unavailable } from '../errors.js';
 import { organizationId } from '../domain/values.js';
 
-export const scopes = ['workspaces:read', 'workspaces:write', 'solutions:read', 'solutions:write'] as const;
+export const scopes = ['workspaces:read', 'workspaces:write', 'solutions:read', 'solutions:write', 'webhooks:manage'] as const;
 export type Scope = (typeof scopes)[number];
 
-export type Principal = { subject: string; organizations: ReadonlySet<string>; scopes: ReadonlySet<string> };
+export type Principal = {
+  subject: string;
+  organizations: ReadonlySet<string>;
+  scopes: ReadonlySet<string>;
+  /** When the token expires (ms since the epoch): a change stream ends then. */
+  expiresAt: number;
+};
 
 export type AuthSettings =
   | { kind: 'secret'; secret: string; issuer?: string | undefined; audience?: string | undefined }
@@ -74,6 +80,8 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
       subject: claims.data.sub,
       organizations: new Set(claims.data.orgs),
       scopes: new Set((claims.data.scope ?? '').split(' ').filter(Boolean)),
+      // jose checked `exp` is present and a number.
+      expiresAt: (payload as { exp: number }).exp * 1000,
     };
   };
 }

@@ -131,6 +131,15 @@ const requestIdHeader = {
   schema: { type: 'string' },
 };
 
+const tagOf = (name: OperationName) => {
+  const scopes = scopesOf(name);
+  if (name === 'list_changes') return 'Changes';
+  // Operations any read scope grants: the proofs of the history.
+  if (scopes.length > 1) return 'Integrity';
+  if (scopes[0] === 'webhooks:manage') return 'Webhooks';
+  return scopes[0]!.startsWith('workspaces') ? 'Workspaces' : 'Solutions';
+};
+
 function pathItem(name: OperationName) {
   const operation = operations[name];
   const scopes = scopesOf(name);
@@ -153,11 +162,16 @@ function pathItem(name: OperationName) {
     post: {
       operationId: name,
       summary: operation.summary,
-      description: `Scope ${scopes.map((scope) => `\`${scope}\``).join(' or ')}. A ${operation.kind}: sends \`{"query": "${name}", "params": {...}}\` to \`POST /api\`.`,
-      tags: [scopes.length > 1 ? 'Integrity' : scopes[0]!.startsWith('workspaces') ? 'Workspaces' : 'Solutions'],
-      // Several requirements: any one grants the operation.
-      security: scopes.map((scope) => ({ bearerAuth: [scope] })),
-      parameters: [ref('parameters', 'RequestId'), ...(operation.kind === 'command' ? [ref('parameters', 'IdempotencyKey')] : [])],
+      description: `Scope ${scopesOf(name)
+        .map((scope) => `\`${scope}\``)
+        .join(' or ')}. A ${operation.kind}: sends \`{"query": "${name}", "params": {...}}\` to \`POST /api\`.`,
+      tags: [tagOf(name)],
+      security: scopesOf(name).map((scope) => ({ bearerAuth: [scope] })),
+      parameters: [
+        ref('parameters', 'RequestId'),
+        ...(operation.kind === 'command' ? [ref('parameters', 'IdempotencyKey')] : []),
+        ...(name === 'list_changes' ? [ref('parameters', 'Accept'), ref('parameters', 'LastEventId')] : []),
+      ],
       requestBody: { required: true, content: { 'application/json': { schema: ref('schemas', `${Name}Request`) } } },
       responses: {
         '200': {
@@ -177,7 +191,10 @@ function pathItem(name: OperationName) {
                 }
               : {}),
           },
-          content: { 'application/json': { schema: ref('schemas', `${Name}Response`) } },
+          content: {
+            'application/json': { schema: ref('schemas', `${Name}Response`) },
+            ...(name === 'list_changes' ? { 'text/event-stream': changeStream } : {}),
+          },
         },
         ...errorResponses,
       },
@@ -209,6 +226,18 @@ const auditKeysSchema = {
   },
 };
 
+/** list_changes with `Accept: text/event-stream` (contract §14). */
+const changeStream = {
+  schema: {
+    type: 'string',
+    description:
+      'Server-Sent Events, one per change: `id:` the change id (a cursor), `event:` its type, `data:` the Change as one JSON line ' +
+      '(the schema `ListChangesResult` items). A comment line (`:`) at least every 15 s. The stream ends when the token expires ' +
+      'or the instance stops; reconnect with `Last-Event-ID` to continue exactly after the last change received.',
+  },
+  example: 'id: AAAAAAAAuzEAAAAAAAAABA\nevent: WorkspaceCreated\ndata: {"id":"AAAAAAAAuzEAAAAAAAAABA","type":"WorkspaceCreated",...}\n\n',
+};
+
 const readinessSchema = {
   type: 'object',
   required: ['status', 'checks'],
@@ -235,6 +264,8 @@ export function openApiDocument(version: string) {
       { name: 'Workspaces', description: 'Workspaces and their history.' },
       { name: 'Solutions', description: 'Solutions, inside workspaces, and their history.' },
       { name: 'Integrity', description: 'Signed checkpoints and proofs of the tamper-evident history (any read scope).' },
+      { name: 'Changes', description: 'The change feed: every change the caller may read, paged, long-polled or streamed.' },
+      { name: 'Webhooks', description: 'Webhooks that push the change feed to an endpoint (scope `webhooks:manage`).' },
       { name: 'Operations', description: 'Liveness and readiness, without a token.' },
     ],
     paths: {
@@ -299,6 +330,20 @@ export function openApiDocument(version: string) {
           required: false,
           ...requestIdHeader,
           schema: { type: 'string', pattern: requestIdPattern.source },
+        },
+        Accept: {
+          name: 'Accept',
+          in: 'header',
+          required: false,
+          description: '`text/event-stream` streams the changes as Server-Sent Events instead of answering one page.',
+          schema: { type: 'string' },
+        },
+        LastEventId: {
+          name: 'Last-Event-ID',
+          in: 'header',
+          required: false,
+          description: 'With the stream: continue after this change id (it takes the place of `after`).',
+          schema: { type: 'string', pattern: '^[A-Za-z0-9_-]{1,128}$' },
         },
         IdempotencyKey: {
           name: 'Idempotency-Key',

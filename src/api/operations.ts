@@ -1,4 +1,8 @@
-import { notFound } from '../errors.js';
+import { decodeCursor } from '../changes/cursor.js';
+import { changeTypes, readableTypes, type ChangePage, type ChangeQuery } from '../changes/feed.js';
+import { startOfLog } from '../eventstore/port.js';
+import type { WebhookStore } from '../webhooks/adapters/store.js';
+import { notFound, ServiceError } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { FieldProvenance } from '../audit/provenance.js';
 import type { RecordDiff } from '../audit/provenance-reads.js';
@@ -10,6 +14,11 @@ import type { Solution } from '../domain/solution.js';
 import type { Workspace } from '../domain/workspace.js';
 import type { Scope } from './auth.js';
 import type { OperationName, ParamsOf, ResultOf } from './schemas.js';
+
+/** The webhooks' store (src/webhooks/adapters/store.ts), and the check of a target URL as written. */
+export type Webhooks = Pick<WebhookStore, 'create' | 'get' | 'list' | 'update' | 'remove' | 'rotate' | 'deliveries' | 'redeliver'> & {
+  targetProblem(url: string): string | undefined;
+};
 
 /** The read side as the API sees it: plain queries over the read tables. */
 export type Queries = {
@@ -57,6 +66,8 @@ export type Queries = {
     fromSize: number,
     toSize: number,
   ): Promise<{ from: Checkpoint; to: Checkpoint; path: string[] }>;
+  /** A page of the change feed; with `waitMs`, waits that long for a change when none is there (ended early by `signal`). */
+  listChanges(query: ChangeQuery, waitMs: number, signal?: AbortSignal): Promise<ChangePage>;
 };
 
 /** The Workspace and Solution Responses, fields in the spec's order whichever side produced them. */
@@ -88,7 +99,16 @@ const diffOf = <T, D extends { from: T | null; to: T | null }, R>(diff: D, prese
 });
 const pageOf = <T, R>(page: Page<T>, present: (item: T) => R) => ({ ...page, items: page.items.map(present) });
 
-export type OperationContext = { caller: Caller; commands: CommandHandlers; queries: Queries };
+export type OperationContext = {
+  caller: Caller;
+  /** The token's scopes: an operation open to several narrows what it shows by them. */
+  scopes: ReadonlySet<string>;
+  commands: CommandHandlers;
+  queries: Queries;
+  webhooks: Webhooks;
+  /** Ends a long wait early (the client went away). */
+  signal?: AbortSignal;
+};
 
 type Operation<O extends OperationName> = {
   /** Commands change records (and honour Idempotency-Key); queries only read. */
@@ -107,6 +127,30 @@ function visibleOrganizations(caller: Caller, filter: string | undefined): strin
   if (filter !== undefined) return caller.organizations.has(filter) ? [filter] : [];
   return [...caller.organizations];
 }
+
+/** The change feed query of `list_changes`' parameters, for this caller. */
+export function changeQueryOf(params: ParamsOf<'list_changes'>, caller: Caller, scopes: ReadonlySet<string>): ChangeQuery {
+  const after = params.after === undefined ? startOfLog : decodeCursor(params.after);
+  // The schema let only decodable cursors through.
+  if (!after) throw new ServiceError('validation_error', 'invalid parameters', [{ path: 'params.after', message: 'must be a cursor' }]);
+  return {
+    organizations: visibleOrganizations(caller, params.organization_id),
+    workspaceId: params.workspace_id,
+    types: readableTypes(scopes, params.types),
+    after,
+    limit: params.limit,
+  };
+}
+
+/** A webhook target refused as written (contract §15): a validation error on `params.url`. */
+function checkTarget(webhooks: Webhooks, url: string | undefined): void {
+  const problem = url === undefined ? undefined : webhooks.targetProblem(url);
+  if (problem) throw new ServiceError('validation_error', 'invalid parameters', [{ path: 'params.url', message: problem }]);
+}
+
+/** The members given a value (an optional parameter left out is not a change). */
+const definedOnly = <T extends object>(value: T) =>
+  Object.fromEntries(Object.entries(value).filter(([, member]) => member !== undefined)) as { [K in keyof T]?: Exclude<T[K], undefined> };
 
 const found = <T>(record: T | undefined, what: string): T => {
   if (record === undefined) throw notFound(what);
@@ -276,6 +320,85 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     namesRecord: true,
     run: ({ organization_id, from_size, to_size }, { caller, queries }) =>
       queries.consistencyProof(organization_id, caller.organizations, from_size, to_size),
+  },
+  list_changes: {
+    kind: 'query',
+    scope: ['workspaces:read', 'solutions:read'],
+    summary:
+      'The changes the caller may read, in log order, paged by cursor; waits for one with `wait_ms`; ' +
+      'with `Accept: text/event-stream`, streams them as Server-Sent Events.',
+    namesRecord: false,
+    run: (params, { caller, scopes, queries, signal }) =>
+      queries.listChanges(changeQueryOf(params, caller, scopes), params.wait_ms, signal),
+  },
+  create_webhook: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "Creates a webhook for one of the caller's organizations; answers its secret, shown only here and on rotation.",
+    namesRecord: true,
+    run: async ({ organization_id, url, types, description }, { caller, webhooks }) => {
+      if (!caller.organizations.has(organization_id)) throw notFound('organization');
+      checkTarget(webhooks, url);
+      return webhooks.create({ organization_id, url, types: types ?? [...changeTypes], description: description ?? '' });
+    },
+  },
+  get_webhook: {
+    kind: 'query',
+    scope: 'webhooks:manage',
+    summary: 'One webhook (without its secret).',
+    namesRecord: true,
+    run: async ({ id }, { caller, webhooks }) => found(await webhooks.get(id, [...caller.organizations]), 'webhook'),
+  },
+  list_webhooks: {
+    kind: 'query',
+    scope: 'webhooks:manage',
+    summary: "The webhooks of the caller's organizations, oldest first.",
+    namesRecord: false,
+    run: ({ page, size, organization_id }, { caller, webhooks }) =>
+      webhooks.list(visibleOrganizations(caller, organization_id), { page, size }),
+  },
+  update_webhook: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "Changes a webhook's url, types or description, or pauses and resumes it (`enabled`).",
+    namesRecord: true,
+    run: async ({ id, ...changes }, { caller, webhooks }) => {
+      checkTarget(webhooks, changes.url);
+      return found(await webhooks.update(id, [...caller.organizations], definedOnly(changes)), 'webhook');
+    },
+  },
+  delete_webhook: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: 'Deletes a webhook and its delivery log; nothing more is delivered to it.',
+    namesRecord: true,
+    run: async ({ id }, { caller, webhooks }) => {
+      if (!(await webhooks.remove(id, [...caller.organizations]))) throw notFound('webhook');
+      return { id };
+    },
+  },
+  rotate_webhook_secret: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "A new secret, answered once; deliveries carry the old secret's signature beside the new one's for 24 h.",
+    namesRecord: true,
+    run: async ({ id }, { caller, webhooks }) => found(await webhooks.rotate(id, [...caller.organizations]), 'webhook'),
+  },
+  list_webhook_deliveries: {
+    kind: 'query',
+    scope: 'webhooks:manage',
+    summary: "A webhook's deliveries in log order, optionally of one status.",
+    namesRecord: true,
+    run: async ({ id, page, size, status }, { caller, webhooks }) =>
+      found(await webhooks.deliveries(id, [...caller.organizations], { page, size }, status), 'webhook'),
+  },
+  redeliver_webhook_change: {
+    kind: 'command',
+    scope: 'webhooks:manage',
+    summary: "Delivers a change of the webhook's organization again, now, with a fresh retry schedule.",
+    namesRecord: true,
+    run: async ({ id, change_id }, { caller, webhooks }) =>
+      found(await webhooks.redeliver(id, [...caller.organizations], change_id), 'change'),
   },
 };
 

@@ -1,4 +1,6 @@
 import { z } from 'zod';
+import { decodeCursor } from '../changes/cursor.js';
+import { changeTypes } from '../changes/feed.js';
 import { errorCodes, type ErrorCode } from '../errors.js';
 import {
   attributes,
@@ -9,6 +11,7 @@ import {
   organizationId,
   solutionId,
   timestamp,
+  webhookId,
   workspaceId,
 } from '../domain/values.js';
 
@@ -54,6 +57,21 @@ const instantRange = <Id extends z.ZodType>(id: Id) =>
       to: instant.optional().meta({ description: 'Any RFC 3339 instant, not earlier than `from`. Omitted: now.' }),
     })
     .refine(({ from, to }) => to === undefined || to >= from, { path: ['to'], message: 'must not be earlier than from' });
+
+/** A change feed cursor (contract §14): opaque, as `list_changes` gave it. */
+export const cursor = z
+  .string()
+  .refine((value) => decodeCursor(value) !== undefined, 'must be a cursor from list_changes (`next` or a change id)')
+  .meta({ description: 'A cursor from list_changes: opaque, 1 to 128 of A-Z a-z 0-9 _ -.', pattern: '^[A-Za-z0-9_-]{1,128}$' });
+
+const changeType = z.enum(changeTypes);
+const webhookUrl = z
+  .string()
+  .min(1)
+  .max(2048)
+  .meta({ description: 'Where changes are POSTed: https://, a public address (checked again at every connection).' });
+const webhookTypes = z.array(changeType).min(1).meta({ description: 'The event types delivered; default all six.' });
+const deliveryStatus = z.enum(['pending', 'succeeded', 'failed']);
 
 /** Parameters per operation; strict, so an unknown parameter is a validation error. */
 export const paramsSchemas = {
@@ -104,6 +122,39 @@ export const paramsSchemas = {
   get_workspace_proof: z.strictObject({ id: workspaceId, size: treeSize.optional() }),
   get_solution_proof: z.strictObject({ id: solutionId, size: treeSize.optional() }),
   get_consistency_proof: z.strictObject({ organization_id: organizationId, from_size: treeSize, to_size: treeSize }),
+  list_changes: z.strictObject({
+    after: cursor.optional().meta({ description: 'Continue after this cursor; left out, from the start of the log.' }),
+    limit: z.number().int().min(1).max(1000).default(100).meta({ description: 'Changes per page, 1 to 1000 (default 100).' }),
+    organization_id: organizationId.optional(),
+    workspace_id: workspaceId.optional().meta({ description: 'Only this workspace and its solutions.' }),
+    types: z.array(changeType).min(1).optional().meta({ description: 'Only these event types.' }),
+    wait_ms: z
+      .number()
+      .int()
+      .min(0)
+      .max(30_000)
+      .default(0)
+      .meta({ description: 'With nothing after the cursor, wait up to this long for a change (0 to 30000, default 0).' }),
+  }),
+  create_webhook: z.strictObject({
+    organization_id: organizationId,
+    url: webhookUrl,
+    types: webhookTypes.optional(),
+    description: description.optional(),
+  }),
+  get_webhook: z.strictObject({ id: webhookId }),
+  list_webhooks: z.strictObject({ ...paging, organization_id: organizationId.optional() }),
+  update_webhook: z.strictObject({
+    id: webhookId,
+    url: webhookUrl.optional(),
+    types: webhookTypes.optional(),
+    description: description.optional(),
+    enabled: z.boolean().optional().meta({ description: 'false pauses deliveries; true resumes them (also after a disabling).' }),
+  }),
+  delete_webhook: z.strictObject({ id: webhookId }),
+  rotate_webhook_secret: z.strictObject({ id: webhookId }),
+  list_webhook_deliveries: z.strictObject({ id: webhookId, ...paging, status: deliveryStatus.optional() }),
+  redeliver_webhook_change: z.strictObject({ id: webhookId, change_id: cursor }),
 } as const;
 
 export type OperationName = keyof typeof paramsSchemas;
@@ -248,6 +299,54 @@ const diffSchema = <Item extends z.ZodType, Change extends z.ZodType>(record: It
     patch: z.array(patchOperationSchema).meta({ description: 'RFC 6902 operations turning `from` into `to`.' }),
     changes: z.array(change).meta({ description: 'The history items with `from` < occurred_at ≤ `to`, oldest first.' }),
   });
+/** A change of the feed (contract §14): `version` and `data` as in the record's history. */
+export const changeSchema = z.strictObject({
+  id: cursor.meta({ description: "The change's cursor: `after` or `Last-Event-ID` continue after it." }),
+  type: changeType,
+  occurred_at: timestamp,
+  actor: text('The `sub` of the token that caused the change.'),
+  organization_id: organizationId,
+  workspace_id: workspaceId,
+  solution_id: solutionId.optional().meta({ description: 'Solution events only.' }),
+  version: z.number().int().min(1).meta({ description: "The event's 1-based sequence number in the record's stream." }),
+  data: z.record(z.string(), z.unknown()).meta({ description: "The event's data, as the record's history shows it." }),
+});
+
+const changePageSchema = z.strictObject({
+  items: z.array(changeSchema),
+  next: cursor.meta({ description: 'Pass as `after` to continue exactly after the last change considered.' }),
+  has_more: z.boolean().meta({ description: 'Whether more changes were already there when this page was read.' }),
+});
+
+export const webhookSchema = z.strictObject({
+  id: webhookId,
+  organization_id: organizationId,
+  url: z.string(),
+  types: z.array(changeType),
+  description,
+  enabled: z.boolean(),
+  disabled_reason: z
+    .enum(['gone', 'failing'])
+    .nullable()
+    .meta({ description: 'Why deliveries stopped: the receiver answered 410 Gone, or failed for days without a success.' }),
+  created_at: timestamp,
+  updated_at: timestamp,
+});
+
+const webhookWithSecretSchema = webhookSchema.extend({
+  secret: text('`whsec_` and the base64 of 32 random bytes: shown only in this answer. Verify signatures with it.'),
+});
+
+export const deliverySchema = z.strictObject({
+  change_id: cursor,
+  type: changeType,
+  status: deliveryStatus,
+  attempts: z.number().int().min(0),
+  last_attempt_at: timestamp.nullable(),
+  last_status_code: z.number().int().nullable(),
+  last_error: z.string().nullable(),
+  next_attempt_at: timestamp.nullable(),
+});
 
 const deletedSchema = <Id extends z.ZodString>(id: Id) => z.strictObject({ id });
 
@@ -309,6 +408,15 @@ export const resultSchemas = {
     to: checkpointSchema,
     path: hexPath('The RFC 9162 consistency path between the two trees.'),
   }),
+  list_changes: changePageSchema,
+  create_webhook: webhookWithSecretSchema,
+  get_webhook: webhookSchema,
+  list_webhooks: pageOf(webhookSchema),
+  update_webhook: webhookSchema,
+  delete_webhook: deletedSchema(webhookId),
+  rotate_webhook_secret: webhookWithSecretSchema,
+  list_webhook_deliveries: pageOf(deliverySchema),
+  redeliver_webhook_change: deliverySchema,
 } as const satisfies { [O in OperationName]: z.ZodType };
 
 export type ResultOf<O extends OperationName> = z.output<(typeof resultSchemas)[O]>;

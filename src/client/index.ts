@@ -1,3 +1,4 @@
+import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import type { OperationName, ParamsInputOf, ResultOf } from '../api/schemas.js';
 import type { ErrorCode, ErrorDetail } from '../errors.js';
 
@@ -45,7 +46,21 @@ export const operationKinds: { readonly [O in OperationName]: 'command' | 'query
   get_workspace_proof: 'query',
   get_solution_proof: 'query',
   get_consistency_proof: 'query',
+  list_changes: 'query',
+  create_webhook: 'command',
+  get_webhook: 'query',
+  list_webhooks: 'query',
+  update_webhook: 'command',
+  delete_webhook: 'command',
+  rotate_webhook_secret: 'command',
+  list_webhook_deliveries: 'query',
+  redeliver_webhook_change: 'command',
 };
+
+/** A change of the feed (contract §14). */
+export type Change = Result<'list_changes'>['items'][number];
+/** What the feed's readers take: `list_changes`' parameters. */
+export type ChangeParams = Params<'list_changes'>;
 
 /** The operations answering a page: their `page` is the client's to turn. */
 export type PagedOperation = {
@@ -112,6 +127,18 @@ export type Client = Methods & {
     params: Omit<Params<O>, 'page'> & { page?: number },
     options?: Omit<CallOptions, 'idempotencyKey'>,
   ): AsyncGenerator<ItemOf<O>>;
+  /**
+   * Every change from `params.after` on, page after page following `next`. Stops at the end of
+   * the feed, or with `follow`, long-polls (`wait_ms`, default 25 s) for the next changes until
+   * `signal` aborts. Resume later from the last change's `id` as `after`.
+   */
+  changes(params?: ChangeParams, options?: Omit<CallOptions, 'idempotencyKey'> & { follow?: boolean }): AsyncGenerator<Change>;
+  /**
+   * The changes as a Server-Sent Events stream, reconnecting with `Last-Event-ID` whenever the
+   * stream ends (the token expired, the instance stopped, the connection dropped), until `signal`
+   * aborts. A refusal (401, 403, 400, 429) is thrown as ApiError.
+   */
+  streamChanges(params?: Omit<ChangeParams, 'wait_ms' | 'limit'>, options?: Omit<CallOptions, 'idempotencyKey'>): AsyncGenerator<Change>;
 };
 
 const camelCase = (name: string) => name.replace(/_([a-z])/g, (_, letter: string) => letter.toUpperCase());
@@ -146,10 +173,9 @@ export function createClient(options: ClientOptions): Client {
   const fetchImpl = options.fetch ?? fetch;
   const token = async () => (typeof options.token === 'function' ? options.token() : options.token);
 
-  async function attempt(body: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<unknown> {
-    let response: Response;
+  async function send(body: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<Response> {
     try {
-      response = await fetchImpl(`${baseUrl}/api`, {
+      return await fetchImpl(`${baseUrl}/api`, {
         method: 'POST',
         headers: { ...headers, authorization: `Bearer ${await token()}` },
         body,
@@ -159,6 +185,13 @@ export function createClient(options: ClientOptions): Client {
       if (signal?.aborted) throw error;
       throw new ServiceUnreachable('the service could not be reached', { cause: error });
     }
+  }
+
+  async function attempt(body: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<unknown> {
+    return answerOf(await send(body, headers, signal));
+  }
+
+  async function answerOf(response: Response): Promise<unknown> {
     const text = await response.text();
     let parsed: { data?: unknown; error?: { code: ErrorCode; message: string; details?: ErrorDetail[]; request_id?: string } };
     try {
@@ -217,11 +250,113 @@ export function createClient(options: ClientOptions): Client {
     for await (const page of pages(operation, params, callOptions)) yield* page.items as ItemOf<O>[];
   }
 
+  async function* changes(
+    params: ChangeParams = {},
+    callOptions: Omit<CallOptions, 'idempotencyKey'> & { follow?: boolean } = {},
+  ): AsyncGenerator<Change> {
+    const { follow, ...options } = callOptions;
+    let after = params.after;
+    for (;;) {
+      const waitMs = follow ? (params.wait_ms ?? 25_000) : params.wait_ms;
+      const page = await call(
+        'list_changes',
+        { ...params, ...(after === undefined ? {} : { after }), ...(waitMs === undefined ? {} : { wait_ms: waitMs }) },
+        options,
+      );
+      yield* page.items;
+      after = page.next;
+      if (!page.has_more && !follow) return;
+      if (options.signal?.aborted) return;
+    }
+  }
+
+  async function* streamChanges(
+    params: Omit<ChangeParams, 'wait_ms' | 'limit'> = {},
+    callOptions: Omit<CallOptions, 'idempotencyKey'> = {},
+  ): AsyncGenerator<Change> {
+    const { signal } = callOptions;
+    let lastEventId: string | undefined;
+    for (let failures = 0; !signal?.aborted;) {
+      const headers: Record<string, string> = { 'content-type': 'application/json', accept: 'text/event-stream' };
+      if (lastEventId !== undefined) headers['last-event-id'] = lastEventId;
+      if (callOptions.requestId !== undefined) headers['x-request-id'] = callOptions.requestId;
+      let response: Response;
+      try {
+        response = await send(JSON.stringify({ query: 'list_changes', params }), headers, signal);
+        if (!response.ok || !response.body) await answerOf(response);
+      } catch (error) {
+        if (signal?.aborted || failures >= retries || !retryable(error, 0)) throw error;
+        await sleep(retryDelayMs * 2 ** failures++, signal);
+        continue;
+      }
+      failures = 0;
+      const received: Change[] = [];
+      const parser = createParser({
+        onEvent: (message: EventSourceMessage) => {
+          if (message.id !== undefined) received.push(JSON.parse(message.data) as Change);
+        },
+      });
+      const decoder = new TextDecoder();
+      try {
+        for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+          parser.feed(decoder.decode(chunk, { stream: true }));
+          for (const change of received.splice(0)) {
+            lastEventId = change.id;
+            yield change;
+          }
+        }
+      } catch (error) {
+        // A dropped connection: reconnect from the last change seen.
+        if (signal?.aborted) return;
+        if (!(error instanceof Error)) throw error;
+      }
+    }
+  }
+
   const methods = Object.fromEntries(
     (Object.keys(operationKinds) as OperationName[]).map((operation) => [
       camelCase(operation),
       (params: never, callOptions?: CallOptions) => call(operation, params, callOptions),
     ]),
   ) as Methods;
-  return { ...methods, call, pages, items };
+  return { ...methods, call, pages, items, changes, streamChanges };
+}
+
+/** A webhook delivery whose signature did not verify: refuse it (answer 400), never act on it. */
+export class WebhookVerificationError extends Error {
+  override readonly name = 'WebhookVerificationError';
+}
+
+/**
+ * Verifies a webhook delivery (contract §15, Standard Webhooks) and returns its payload: one of
+ * the `webhook-signature` signatures must be the HMAC-SHA256 of `id.timestamp.body` with the
+ * secret, and `webhook-timestamp` within 5 minutes of now. `body` is the raw request body, as
+ * received. Uses Web Crypto, so it runs in Node and in browsers alike.
+ */
+export async function verifyWebhook(
+  secret: string,
+  headers: Record<string, string | string[] | undefined> | Headers,
+  body: string,
+  toleranceSeconds = 300,
+): Promise<{ type: string; timestamp: string; data: Change }> {
+  const header = (name: string) => {
+    const value = headers instanceof Headers ? headers.get(name) : headers[name];
+    return Array.isArray(value) ? value[0] : (value ?? undefined);
+  };
+  const [id, timestamp, signatures] = [header('webhook-id'), header('webhook-timestamp'), header('webhook-signature')];
+  if (!id || !timestamp || !signatures || !/^\d+$/.test(timestamp)) throw new WebhookVerificationError('missing webhook headers');
+  if (Math.abs(Date.now() / 1000 - Number(timestamp)) > toleranceSeconds) throw new WebhookVerificationError('timestamp too old or new');
+  const keyBytes = Uint8Array.from(atob(secret.replace(/^whsec_/, '')), (character) => character.charCodeAt(0));
+  const key = await crypto.subtle.importKey('raw', keyBytes, { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
+  const message = new TextEncoder().encode(`${id}.${timestamp}.${body}`);
+  for (const candidate of signatures.split(' ')) {
+    const [version, encoded] = candidate.split(',');
+    if (version !== 'v1' || !encoded) continue;
+    const signature = Uint8Array.from(atob(encoded), (character) => character.charCodeAt(0));
+    // crypto.subtle.verify compares in constant time.
+    if (await crypto.subtle.verify('HMAC', key, signature, message)) {
+      return JSON.parse(body) as { type: string; timestamp: string; data: Change };
+    }
+  }
+  throw new WebhookVerificationError('no signature matches the secret');
 }

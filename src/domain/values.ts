@@ -17,6 +17,7 @@ const idSchema = (prefix: string, what: string) =>
 export const organizationId = idSchema('org_', 'an organization');
 export const workspaceId = idSchema('ws_', 'a workspace');
 export const solutionId = idSchema('sol_', 'a solution');
+export const webhookId = idSchema('wh_', 'a webhook');
 
 /** An instant in the contract's timestamp form (§8). */
 export const timestamp = z

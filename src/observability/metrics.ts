@@ -59,6 +59,12 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly changeStreamsOpen = new Gauge({
+    name: `${metricPrefix}change_streams_open`,
+    help: 'Change streams (list_changes as Server-Sent Events) open at this instance',
+    registers: [this.registry],
+  });
+
   readonly idempotencyReplays = new Counter({
     name: `${metricPrefix}idempotency_replays_total`,
     help: 'Keyed commands answered with the kept answer of an earlier request (idempotent-replayed: true)',
@@ -115,11 +121,45 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly webhookAttempts = new Counter({
+    name: `${metricPrefix}webhook_attempts_total`,
+    help: 'Webhook delivery attempts by outcome: succeeded, retry (failed, tried again later), failed (schedule spent), gone (410: webhook disabled)',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
+  readonly webhookAttemptDuration = new Histogram({
+    name: `${metricPrefix}webhook_attempt_duration_seconds`,
+    help: "One webhook attempt, from sending to the receiver's answer (or the timeout)",
+    buckets: latencyBuckets,
+    registers: [this.registry],
+  });
+
+  readonly webhookDeliveryLatency = new Histogram({
+    name: `${metricPrefix}webhook_delivery_latency_seconds`,
+    help: 'From a change (its occurred_at) to its successful delivery to a webhook',
+    buckets: [...latencyBuckets, 30, 60, 300, 3600],
+    registers: [this.registry],
+  });
+
+  /** The age of the oldest pending webhook delivery, read at scrape time (set when the service starts). */
+  webhookOldestPending: (() => Promise<number>) | undefined;
+
   private sources: ScrapeSources | undefined;
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: metricPrefix });
     const sources = () => this.sources;
+    const oldestPending = () => this.webhookOldestPending?.() ?? Promise.resolve(0);
+
+    new Gauge({
+      name: `${metricPrefix}webhook_oldest_pending_seconds`,
+      help: 'Age of the oldest webhook delivery still pending (0 when none); NaN when the database cannot be read',
+      registers: [this.registry],
+      async collect() {
+        this.set(await oldestPending().catch(() => NaN));
+      },
+    });
 
     new Gauge({
       name: `${metricPrefix}ready`,

@@ -1,5 +1,6 @@
 import { assertNever } from '../domain/command.js';
 import type { Envelope } from '../domain/events.js';
+import type { ChangeEntry } from '../changes/feed.js';
 import type { LoggedEvent } from '../eventstore/event-log.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import { evolveSolutionRow, type SolutionRow } from './solutions-table.js';
@@ -24,6 +25,8 @@ export type BatchChanges = {
   workspacesDeleted: string[];
   /** Solutions hidden with their deleted workspace that still need their own SolutionDeleted event. */
   pendingCascades: { solution_id: string; workspace_id: string }[];
+  /** The batch's rows of the change feed (src/changes), when its events are known with their positions. */
+  feed?: ChangeEntry[];
 };
 
 /** A batch that changes nothing: the start of changes made by hand (a slice of a batch, a test's). */

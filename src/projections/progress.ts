@@ -16,7 +16,8 @@ function decodePosition(payload: string): GlobalPosition | undefined {
   return match ? { commit: BigInt(match[1]!), prepare: BigInt(match[2]!) } : undefined;
 }
 
-type Waiter = { position: GlobalPosition; resolve: (reached: boolean) => void; timer: NodeJS.Timeout };
+/** `news`: a wait for the projection to move (the change feed's long poll), which neither a dead letter nor a timeout ends as a stall. */
+type Waiter = { position: GlobalPosition; resolve: (reached: boolean) => void; timer: NodeJS.Timeout; news?: boolean };
 
 /**
  * How far the projection has got, as seen by this instance: told directly by a local projector,
@@ -70,7 +71,7 @@ export class ProjectionProgress {
   stop(position: GlobalPosition): void {
     if (comparePositions(position, this.checkpoint) <= 0) return;
     this.stoppedAtDeadLetter = position;
-    for (const waiter of this.waiters) this.settle(waiter, false);
+    for (const waiter of this.waiters) if (!waiter.news) this.settle(waiter, false);
   }
 
   advance(position: GlobalPosition): void {
@@ -111,6 +112,24 @@ export class ProjectionProgress {
           this.markStalled(position);
           this.settle(waiter, false);
         }, timeoutMs),
+      };
+      this.waiters.add(waiter);
+      this.ensurePolling();
+    });
+  }
+
+  /**
+   * True once the projection has moved past `position`; false when `timeoutMs` passed first. A
+   * wait for news (the change feed's long poll): running out is no stall, and /readyz is not told.
+   */
+  waitPast(position: GlobalPosition, timeoutMs: number): Promise<boolean> {
+    if (comparePositions(this.checkpoint, position) > 0) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const waiter: Waiter = {
+        position: { commit: position.commit, prepare: position.prepare + 1n },
+        resolve,
+        timer: setTimeout(() => this.settle(waiter, false), timeoutMs),
+        news: true,
       };
       this.waiters.add(waiter);
       this.ensurePolling();

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { changeEntriesOf } from '../changes/feed.js';
 import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eventstore/event-log.js';
 import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
@@ -350,10 +351,14 @@ export class ProjectionRunner {
       // Kept before the write, for the next batch folded meanwhile; a failed write drops them all.
       catchUp?.cache.remember(changes, loaded);
       foldFollowing?.(changes);
-      const moved = await writeChanges(client, changes, {
-        ...move,
-        notify: { channel: progressChannel, payload: encodePosition(move.to) },
-      });
+      const moved = await writeChanges(
+        client,
+        { ...changes, feed: changeEntriesOf(events) },
+        {
+          ...move,
+          notify: { channel: progressChannel, payload: encodePosition(move.to) },
+        },
+      );
       if (!moved) throw new LostLeadership('the checkpoint was moved, or the read tables replaced, by another projector or a rebuild');
       if (beforeCommit) {
         await beforeCommit();

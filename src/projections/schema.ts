@@ -45,6 +45,25 @@ CREATE TABLE IF NOT EXISTS cascade_pending (
 );
 CREATE INDEX IF NOT EXISTS cascade_pending_by_workspace ON cascade_pending (workspace_id);
 
+-- The change feed (src/changes): one row per event, by organization and log position.
+CREATE TABLE IF NOT EXISTS changes (
+  organization_id text NOT NULL,
+  commit_position numeric(20) NOT NULL,
+  prepare_position numeric(20) NOT NULL,
+  workspace_id text NOT NULL,
+  stream_name text NOT NULL,
+  version bigint NOT NULL,
+  type text NOT NULL,
+  record_id text NOT NULL,
+  occurred_at text NOT NULL,
+  actor text NOT NULL,
+  data jsonb NOT NULL,
+  PRIMARY KEY (organization_id, commit_position, prepare_position)
+);
+-- Unique, so the rebuild keeps it while loading: an update's keys are read through it.
+CREATE UNIQUE INDEX IF NOT EXISTS changes_by_stream ON changes (stream_name, version);
+CREATE INDEX IF NOT EXISTS changes_by_workspace ON changes (workspace_id, commit_position, prepare_position);
+
 CREATE TABLE IF NOT EXISTS projection_checkpoints (
   name text PRIMARY KEY,
   commit_position numeric(20) NOT NULL,

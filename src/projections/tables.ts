@@ -1,3 +1,4 @@
+import { insertChanges } from '../changes/adapters/table.js';
 import { isoMicros, named, type PoolClient } from '../infra/postgres.js';
 import { comparePositions, startOfLog, type GlobalPosition } from '../eventstore/port.js';
 import type { BatchChanges, LoadedRows, RowsNeeded } from './batch.js';
@@ -146,6 +147,7 @@ export async function writeChanges(db: Queryable, changes: BatchChanges, move?: 
        WHERE ${moved}
        ON CONFLICT DO NOTHING`);
   }
+  if (changes.feed && changes.feed.length > 0) step(insertChanges(parameter, changes.feed, moved));
   if (!move && steps.length === 1) return true;
   const answer = move?.notify
     ? `SELECT pg_notify(${parameter(move.notify.channel)}, ${parameter(move.notify.payload)}) FROM moved`

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { readRecord, walkLog, type SkippedEvents } from '../eventstore/event-log.js';
 import { streamPrefixes } from '../eventstore/stream-names.js';
 import { readSnapshotRow, snapshotColumns, type SnapshotRow } from '../write/snapshots.js';
@@ -13,7 +14,39 @@ export type ReadModelSnapshot = {
   solutions: Map<string, Solution>;
   organizationCounts: Map<string, { workspaces: number; solutions: number }>;
   workspaceSolutionCounts: Map<string, number>;
+  /** The change feed's rows by `stream@version`, each as a digest of what it shows (a long log's rows need not all be held). */
+  changes: Map<string, string>;
 };
+
+/** A change feed row's content, as one comparable digest. */
+const changeDigest = (row: {
+  organization_id: string;
+  workspace_id: string;
+  commit_position: string;
+  prepare_position: string;
+  type: string;
+  record_id: string;
+  occurred_at: string;
+  actor: string;
+  data: unknown;
+}) =>
+  createHash('sha256')
+    .update(
+      JSON.stringify(
+        canonical([
+          row.organization_id,
+          row.workspace_id,
+          row.commit_position,
+          row.prepare_position,
+          row.type,
+          row.record_id,
+          row.occurred_at,
+          row.actor,
+          row.data,
+        ]),
+      ),
+    )
+    .digest('base64url');
 
 /**
  * What the read tables must hold, folded from every stream with the write side's own `evolve`,
@@ -24,9 +57,33 @@ export type ReadModelSnapshot = {
 export async function expectedReadModel(store: EventStore, until?: GlobalPosition, skipped?: SkippedEvents): Promise<ReadModelSnapshot> {
   const workspaceStates = new Map<string, WorkspaceState>();
   const solutionStates = new Map<string, SolutionState>();
+  // The feed: every event of a record whose creation carries its keys (the first event of its stream).
+  const changes = new Map<string, string>();
+  const keysOfStream = new Map<string, { organization_id: string; workspace_id: string }>();
+  const snapshot = () => ({ ...snapshotOf(workspaceStates, solutionStates), changes });
   for await (const page of walkLog(store, startOfLog, 2000, skipped)) {
-    for (const { event, streamName, position } of page) {
-      if (until && comparePositions(position, until) > 0) return snapshotOf(workspaceStates, solutionStates);
+    for (const { event, streamName, position, version } of page) {
+      if (until && comparePositions(position, until) > 0) return snapshot();
+      if (version === 1n && 'organization_id' in event.data) {
+        const workspaceId = 'workspace_id' in event.data ? event.data.workspace_id : event.data.id;
+        keysOfStream.set(streamName, { organization_id: event.data.organization_id, workspace_id: workspaceId });
+      }
+      const keys = keysOfStream.get(streamName);
+      if (keys) {
+        changes.set(
+          `${streamName}@${version}`,
+          changeDigest({
+            ...keys,
+            commit_position: position.commit.toString(),
+            prepare_position: position.prepare.toString(),
+            type: event.type,
+            record_id: event.data.id,
+            occurred_at: event.metadata.occurred_at,
+            actor: event.metadata.actor,
+            data: event.data,
+          }),
+        );
+      }
       if (isWorkspaceEvent(event)) {
         workspaceStates.set(streamName, evolveWorkspace(workspaceStates.get(streamName) ?? initialWorkspaceState, event));
       } else if (isSolutionEvent(event)) {
@@ -34,10 +91,13 @@ export async function expectedReadModel(store: EventStore, until?: GlobalPositio
       }
     }
   }
-  return snapshotOf(workspaceStates, solutionStates);
+  return snapshot();
 }
 
-function snapshotOf(workspaceStates: Map<string, WorkspaceState>, solutionStates: Map<string, SolutionState>): ReadModelSnapshot {
+function snapshotOf(
+  workspaceStates: Map<string, WorkspaceState>,
+  solutionStates: Map<string, SolutionState>,
+): Omit<ReadModelSnapshot, 'changes'> {
   const snapshot = emptySnapshot();
   for (const state of workspaceStates.values()) {
     if (state.status !== 'active') continue;
@@ -59,9 +119,10 @@ const emptySnapshot = (): ReadModelSnapshot => ({
   solutions: new Map(),
   organizationCounts: new Map(),
   workspaceSolutionCounts: new Map(),
+  changes: new Map(),
 });
 
-function count(snapshot: ReadModelSnapshot, organizationId: string) {
+function count(snapshot: Pick<ReadModelSnapshot, 'organizationCounts'>, organizationId: string) {
   let counts = snapshot.organizationCounts.get(organizationId);
   if (!counts) {
     counts = { workspaces: 0, solutions: 0 };
@@ -74,14 +135,19 @@ function count(snapshot: ReadModelSnapshot, organizationId: string) {
 export async function actualReadModel(pool: Pool, schema = 'public'): Promise<ReadModelSnapshot> {
   const snapshot = emptySnapshot();
   const table = (name: string) => `${schema === 'public' ? '' : `${schema}.`}${name}`;
-  const [workspaces, solutions, organizations, workspaceCounts] = await Promise.all([
+  const [workspaces, solutions, organizations, workspaceCounts, changes] = await Promise.all([
     pool.query<Workspace>(`SELECT ${workspaceColumns} FROM ${table('workspaces')}`),
     pool.query<Solution>(`SELECT ${solutionColumns} FROM ${table('solutions')}`),
     pool.query<{ organization_id: string; workspaces: string; solutions: string }>(
       `SELECT organization_id, workspaces, solutions FROM ${table('organization_counts')}`,
     ),
     pool.query<{ workspace_id: string; solutions: string }>(`SELECT workspace_id, solutions FROM ${table('workspace_solution_counts')}`),
+    pool.query<Parameters<typeof changeDigest>[0] & { stream_name: string; version: string }>(
+      `SELECT organization_id, workspace_id, commit_position::text, prepare_position::text, type, record_id, occurred_at, actor, data,
+         stream_name, version::text FROM ${table('changes')}`,
+    ),
   ]);
+  for (const row of changes.rows) snapshot.changes.set(`${row.stream_name}@${row.version}`, changeDigest(row));
   for (const row of workspaces.rows) snapshot.workspaces.set(row.id, row);
   for (const row of solutions.rows) snapshot.solutions.set(row.id, row);
   for (const row of organizations.rows) {
@@ -157,6 +223,7 @@ export function compareReadModels(expected: ReadModelSnapshot, actual: ReadModel
   compareMaps('solution', expected.solutions, actual.solutions);
   compareMaps('organization count', expected.organizationCounts, actual.organizationCounts);
   compareMaps('workspace solution count', expected.workspaceSolutionCounts, actual.workspaceSolutionCounts);
+  compareMaps('change', expected.changes, actual.changes);
   return differences;
 }
 

@@ -5,9 +5,13 @@ import type { AppServices } from '../api/app.js';
 import type { AuthSettings } from '../api/auth.js';
 import { createTokenVerifier } from '../api/auth.js';
 import { IdempotencyKeys } from '../api/idempotency.js';
-import type { Queries } from '../api/operations.js';
+import type { Queries, Webhooks } from '../api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from '../audit/history.js';
 import { recordDiff, recordProvenance } from '../audit/provenance-reads.js';
+import { createChangeFeed } from '../changes/adapters/feed.js';
+import { WebhookDispatcher } from '../webhooks/adapters/dispatcher.js';
+import { WebhookStore } from '../webhooks/adapters/store.js';
+import { targetProblem } from '../webhooks/adapters/targets.js';
 import type { Config } from '../config.js';
 import { foreignEventLog, reportForeignEvents } from '../eventstore/event-log.js';
 import { InstrumentedEventStore } from '../eventstore/instrumented.js';
@@ -50,6 +54,7 @@ export type Runtime = {
   cascade: CascadeWorker;
   /** Keeps the organizations' Merkle trees and signs their checkpoints (contract §16). */
   treeKeeper: TreeKeeper;
+  dispatcher: WebhookDispatcher;
   /** Stops the projector, closes pools and stops an embedded database, in that order. */
   close: () => Promise<void>;
 };
@@ -60,6 +65,8 @@ export type RuntimeOptions = {
   projectorBatchSize?: number;
   /** Whether this instance keeps the integrity trees (tests may run one that does not). */
   runTreeKeeper?: boolean;
+  /** Whether this instance delivers webhooks (every instance does by default; they share the work). */
+  deliverWebhooks?: boolean;
 };
 
 async function resolveAuth(config: Config): Promise<AuthSettings> {
@@ -164,7 +171,28 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       recordProof: (kind, id, organizations, size) => recordProof(pool, store, kind, id, organizations, size),
       consistencyProof: (organizationId, organizations, fromSize, toSize) =>
         consistencyProof(pool, organizationId, organizations, fromSize, toSize),
+      listChanges: createChangeFeed(pool, progress),
     };
+
+    const webhookStore = new WebhookStore(pool, () => `wh_${nanoid()}`);
+    const webhooks: Webhooks = Object.assign(
+      Object.fromEntries(
+        (['create', 'get', 'list', 'update', 'remove', 'rotate', 'deliveries', 'redeliver'] as const).map((name) => [
+          name,
+          webhookStore[name].bind(webhookStore),
+        ]),
+      ) as Omit<Webhooks, 'targetProblem'>,
+      { targetProblem: (url: string) => targetProblem(url, config.webhooks.allowPrivateTargets) },
+    );
+    const dispatcher = new WebhookDispatcher(pool, progress, config.webhooks, logger.child({ component: 'webhooks' }), {
+      onAttempt: (outcome, seconds) => {
+        metrics.webhookAttempts.inc({ outcome });
+        metrics.webhookAttemptDuration.observe(seconds);
+      },
+      onDelivered: (seconds) => metrics.webhookDeliveryLatency.observe(seconds),
+    });
+    metrics.webhookOldestPending = () => dispatcher.oldestPendingSeconds();
+    if (options.deliverWebhooks ?? true) dispatcher.start();
 
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });
     metrics.watch({
@@ -185,6 +213,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
         ),
         commands,
         queries,
+        webhooks,
         readiness,
         metrics,
         auditKeys: () => auditKeys(pool),
@@ -197,8 +226,10 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       progress,
       cascade,
       treeKeeper,
+      dispatcher,
       close: async () => {
         await treeKeeper.stop();
+        await dispatcher.stop();
         await projector.stop();
         await cascade.close();
         progress.close();

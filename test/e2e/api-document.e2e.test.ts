@@ -62,6 +62,10 @@ describe('the API document and the docs page', () => {
     const workspace = await ok(service, token, 'create_workspace', { organization_id: org, name: 'Doc' });
     const solution = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Doc' });
     const signed = await checkpointCovering(service, token, org, 2);
+    // Only solution deletions are delivered to it: the tests' own address, refused at connection (not public).
+    const hook = { organization_id: org, url: 'https://127.0.0.2.nip.io/hook', types: ['SolutionDeleted' as const] };
+    const webhook = await ok(service, token, 'create_webhook', hook);
+    const change = (await ok(service, token, 'list_changes', { limit: 1 })).items[0]!;
     const valid: Record<string, Record<string, unknown>> = {
       get_workspace: { id: workspace.id },
       get_workspace_history: { id: workspace.id, page: 1, size: 10 },
@@ -81,9 +85,18 @@ describe('the API document and the docs page', () => {
       get_workspace_proof: { id: workspace.id },
       get_solution_proof: { id: solution.id },
       get_consistency_proof: { organization_id: org, from_size: signed.size, to_size: signed.size },
+      list_changes: { limit: 10 },
+      create_webhook: hook,
+      get_webhook: { id: webhook.id },
+      list_webhooks: { page: 1, size: 10 },
+      update_webhook: { id: webhook.id, description: 'Doc' },
+      rotate_webhook_secret: { id: webhook.id },
+      list_webhook_deliveries: { id: webhook.id, page: 1, size: 10 },
+      redeliver_webhook_change: { id: webhook.id, change_id: change.id },
       // Last, so the records above stay for the others.
       delete_solution: { id: solution.id },
       delete_workspace: { id: workspace.id },
+      delete_webhook: { id: webhook.id },
     };
     const missing: Record<string, Record<string, unknown>> = {
       get_workspace: { id: 'ws_missing' },
@@ -103,6 +116,12 @@ describe('the API document and the docs page', () => {
       get_workspace_proof: { id: 'ws_missing' },
       get_solution_proof: { id: 'sol_missing' },
       get_consistency_proof: { organization_id: org, from_size: 1, to_size: 999_999 },
+      get_webhook: { id: 'wh_missing' },
+      update_webhook: { id: 'wh_missing', description: 'x' },
+      delete_webhook: { id: 'wh_missing' },
+      rotate_webhook_secret: { id: 'wh_missing' },
+      list_webhook_deliveries: { id: 'wh_missing', page: 1, size: 10 },
+      redeliver_webhook_change: { id: 'wh_missing', change_id: 'AAAAAAAAAAAAAAAAAAAAAA' },
     };
     const send = (query: string, params: unknown, headers: Record<string, string> = jsonHeaders(token), extra = {}) =>
       rawPost(service, JSON.stringify({ query, params, ...extra }), headers);
@@ -122,7 +141,12 @@ describe('the API document and the docs page', () => {
       if (operations[query as keyof typeof operations].kind === 'command') {
         const headers = { ...jsonHeaders(token), 'idempotency-key': `document-${query}` };
         answers.push(await send(query, params, headers));
-        const different = query.startsWith('delete_') ? { id: `${String(params.id)}_other` } : { ...params, name: 'Another' };
+        const different =
+          'name' in params
+            ? { ...params, name: 'Another' }
+            : query === 'create_webhook' || query === 'update_webhook'
+              ? { ...params, description: 'Another' }
+              : { ...params, id: `${String(params.id)}_other` };
         answers.push(await send(query, different, headers));
       } else {
         answers.push(await send(query, params));

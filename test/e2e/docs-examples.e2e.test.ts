@@ -60,6 +60,8 @@ const generated: [kind: string, pattern: RegExp][] = [
   ['request id', /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/],
   // Event hashes (contract §16) cover the timestamps: they differ on every run too. 64 zeros, the first previous_hash, recurs as itself.
   ['hash', /^(?!0{64}$)[0-9a-f]{64}$/],
+  // A change feed cursor (a log position as base64url): its value depends on the store.
+  ['cursor', /^[A-Za-z0-9_-]{22}$/],
 ];
 
 /**

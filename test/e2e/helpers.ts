@@ -13,7 +13,7 @@ export const before = (timestamp: string) => fromMicros(toMicros(timestamp) - 1n
 /** Generated ids (contract §4): the prefix and 21 nanoid characters. */
 export const generatedId = (prefix: 'ws_' | 'sol_') => new RegExp(`^${prefix}[A-Za-z0-9_-]{21}$`);
 
-export const allScopes = 'workspaces:read workspaces:write solutions:read solutions:write';
+export const allScopes = 'workspaces:read workspaces:write solutions:read solutions:write webhooks:manage';
 
 /** POST /api with a raw body string, so tests can send what JSON.stringify never produces. */
 export async function rawPost(

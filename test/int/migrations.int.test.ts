@@ -74,6 +74,7 @@ describe('versioned migrations', () => {
       'workspace_solution_counts',
       'cascade_pending',
       'projection_checkpoints',
+      'changes',
     ];
     const migrated = await tableShapes(pool, 'public', tables);
     expect(migrated.columns.length).toBeGreaterThan(20);

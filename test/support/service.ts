@@ -49,6 +49,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
     rateLimitPerMinute: config.rateLimitPerMinute,
+    changeStreamsPerCaller: config.changeStreamsPerCaller,
     serveMetrics: config.metrics.port === undefined,
   });
   await app.listen({ port: 0, host: '127.0.0.1' });

@@ -8,6 +8,8 @@ import { projectionDeadLetters } from './0007-projection-dead-letters.js';
 import { roomForUpdates } from './0008-room-for-updates.js';
 import { recordSnapshots } from './0009-record-snapshots.js';
 import { integrity } from './0010-integrity.js';
+import { changeFeed } from './0011-change-feed.js';
+import { webhooks } from './0012-webhooks.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -24,4 +26,6 @@ export const migrations: readonly Migration[] = [
   roomForUpdates,
   recordSnapshots,
   integrity,
+  changeFeed,
+  webhooks,
 ];

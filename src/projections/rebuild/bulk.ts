@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { changeEntriesOf, type FeedEvent } from '../../changes/feed.js';
 import { readLoggedEvent, UnreadableEvent, type LoggedEvent, type SkippedEvents } from '../../eventstore/event-log.js';
 import { startOfLog, type EventStore, type GlobalPosition, type StreamOrderedLog } from '../../eventstore/port.js';
 import { isSolutionEvent, isWorkspaceEvent } from '../../domain/events.js';
@@ -43,7 +44,13 @@ export type BulkLoad = {
 };
 
 /** One connection per table loaded side by side (a connection runs one COPY at a time), on the rebuild's schema. */
-export type BulkConnections = { workspaces: pg.Client; activity: pg.Client; solutions: pg.Client; creations: pg.Client };
+export type BulkConnections = {
+  workspaces: pg.Client;
+  activity: pg.Client;
+  solutions: pg.Client;
+  creations: pg.Client;
+  changes: pg.Client;
+};
 
 const workspaceColumns = ['id', 'organization_id', 'name', 'description', 'attributes', 'created_at', 'updated_at'];
 const solutionColumns = [
@@ -56,6 +63,19 @@ const solutionColumns = [
   'documentation',
   'created_at',
   'updated_at',
+];
+const changeColumns = [
+  'organization_id',
+  'commit_position',
+  'prepare_position',
+  'workspace_id',
+  'stream_name',
+  'version',
+  'type',
+  'record_id',
+  'occurred_at',
+  'actor',
+  'data',
 ];
 
 export async function bulkLoad(options: {
@@ -84,10 +104,14 @@ class RecordFold {
   activeSince: GlobalPosition | undefined;
   solution: SolutionRow | null = null;
   createdAt: GlobalPosition | undefined;
+  /** The record's events for the change feed: each is a row of it. */
+  readonly changes: FeedEvent[] = [];
 
   constructor(readonly streamName: string) {}
 
-  apply({ event, position }: LoggedEvent): void {
+  apply(logged: LoggedEvent): void {
+    const { event, position } = logged;
+    this.changes.push(logged);
     if (isWorkspaceEvent(event)) {
       const wasActive = this.workspace !== null;
       this.workspace = evolveWorkspaceRow(this.workspace, event);
@@ -119,6 +143,7 @@ async function foldStreams(options: {
       'created_commit',
       'created_prepare',
     ]),
+    changes: TableLoad.start(connections.changes, 'changes', changeColumns),
   };
   const all = Object.values(loads);
   const write = (record: RecordFold) => {
@@ -148,6 +173,23 @@ async function foldStreams(options: {
         copyText(solution.updated_at),
       ]);
       loads.creations.add([copyText(solution.id), copyText(solution.workspace_id), ...positionFields(record.createdAt!)]);
+    }
+    // As the projector's step (src/changes/adapters/table.ts): a record without keys belongs to nobody's feed.
+    for (const entry of changeEntriesOf(record.changes)) {
+      if (entry.organization_id === null || entry.workspace_id === null) continue;
+      loads.changes.add([
+        copyText(entry.organization_id),
+        entry.commit_position,
+        entry.prepare_position,
+        copyText(entry.workspace_id),
+        copyText(entry.stream_name),
+        entry.version,
+        entry.type,
+        copyText(entry.record_id),
+        entry.occurred_at,
+        copyText(entry.actor),
+        copyJson(entry.data),
+      ]);
     }
   };
 

@@ -1,4 +1,5 @@
 import pg from 'pg';
+import { changeEntriesOf, type FeedEvent } from '../../changes/feed.js';
 import type { EventStore, GlobalPosition } from '../../eventstore/port.js';
 import { readPage, type Page, type SkippedEvents, type UnreadableEvent } from '../../eventstore/event-log.js';
 import type { Envelope } from '../../domain/events.js';
@@ -77,7 +78,7 @@ export async function catchUp(options: {
 
       const envelopes = events.map((logged) => logged.event);
       const loaded = await cache.load(loader, envelopes, writing?.batch.changes);
-      const batch = foldBatch({ from, to, count: read, envelopes, loaded });
+      const batch = foldBatch({ from, to, count: read, events, envelopes, loaded });
       cache.remember(batch.changes, loaded);
       await settle();
       writing = { batch, done: writeBatch(writer, solutionWriter, batch) };
@@ -123,6 +124,7 @@ async function writeBatch(writer: pg.Client, solutionWriter: pg.Client, batch: B
     organizationDeltas,
     workspaceSolutionDeltas,
     workspacesDeleted,
+    feed = [],
   } = batch.changes;
   const solutions = (async () => {
     for (const slice of slices(deleteSolutions)) await writeChanges(solutionWriter, { ...noChanges(), deleteSolutions: slice });
@@ -139,6 +141,8 @@ async function writeBatch(writer: pg.Client, solutionWriter: pg.Client, batch: B
     // After the deltas: a deleted workspace's count goes. (Cascades are kept in memory and handed
     // to the live cascade_pending at the switch.)
     await writeChanges(writer, { ...noChanges(), organizationDeltas, workspacesDeleted });
+    // In log order, one slice after another: an update's keys are read from its record's first row.
+    for (const slice of slices(feed)) await writeChanges(writer, { ...noChanges(), feed: slice });
     await solutions;
   } finally {
     // Lets the solutions' writes end before the caller moves on; their error was thrown above.
@@ -189,11 +193,14 @@ export function foldBatch(batch: {
   to: GlobalPosition;
   /** Log entries the batch covers. */
   count: number;
+  /** The batch's events with their positions, for the change feed's rows... */
+  events: FeedEvent[];
+  /** ...and the same events alone, as the fold reads them. */
   envelopes: Envelope[];
   loaded: LoadedRows;
 }): Batch {
-  const { from, to, count, envelopes, loaded } = batch;
-  const changes = applyBatch(envelopes, loaded);
+  const { from, to, count, events, envelopes, loaded } = batch;
+  const changes = { ...applyBatch(envelopes, loaded), feed: changeEntriesOf(events) };
   const solutionsDeleted = envelopes.flatMap((event) => (event.type === 'SolutionDeleted' ? [event.data.id] : []));
   return { from, to, events: count, changes, solutionsDeleted };
 }

@@ -100,13 +100,13 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     // The bulk load reads no rows back: it needs no index but the primary keys.
     const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema, readLogByStream ? [] : ['workspace_id']);
     logger.info({ schema, tables, deferredIndexes: deferredIndexes.map((index) => index.name) }, 'rebuild schema created');
-    // One more connection for the bulk load, which writes four tables side by side.
-    for (let i = 0; i < (readLogByStream ? 3 : 2); i++) {
+    // Two more connections for the bulk load, which writes five tables side by side.
+    for (let i = 0; i < (readLogByStream ? 4 : 2); i++) {
       const helper = await connect();
       helpers.push(helper);
       await helper.query(`SET search_path TO ${quote(schema)}`);
     }
-    const [solutionWriter, loader, bulkWriter] = helpers as [pg.Client, pg.Client, pg.Client | undefined];
+    const [solutionWriter, loader, bulkWriter, changesWriter] = helpers as [pg.Client, pg.Client, pg.Client?, pg.Client?];
 
     // The estimate only sizes the progress bar; without it progress shows counts.
     let total = await options.estimateTotal?.().catch(() => undefined);
@@ -133,11 +133,11 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
         progress: () => report('copying'),
       });
     const loadStarted = performance.now();
-    if (readLogByStream && bulkWriter) {
+    if (readLogByStream && bulkWriter && changesWriter) {
       const loaded = await bulkLoad({
         store,
         read: readLogByStream,
-        connections: { workspaces: writer, activity: bulkWriter, solutions: solutionWriter, creations: loader },
+        connections: { workspaces: writer, activity: bulkWriter, solutions: solutionWriter, creations: loader, changes: changesWriter },
         skipped,
         progressEvery: batchSize,
         progress: (events) => {

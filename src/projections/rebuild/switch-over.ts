@@ -58,7 +58,7 @@ export async function trySwitch(options: {
       if (end) {
         const envelopes = events.map((logged) => logged.event);
         const loaded = await loadRows(oneAtATime(client), rowsNeeded(envelopes));
-        const batch = foldBatch({ from: tentative.position, to: end, count: read, envelopes, loaded });
+        const batch = foldBatch({ from: tentative.position, to: end, count: read, events, envelopes, loaded });
         await writeBatchInTransaction(client, batch);
         commit(tentative, batch);
       }

@@ -91,7 +91,7 @@ describe('rebuilding the read tables with the service stopped', () => {
     expect(result.events).toBe(events);
     expect(comparePositions(result.position, await lastPosition(stack.store))).toBe(0);
     expect(comparePositions(await readCheckpoint(stack.pool), result.position)).toBe(0);
-    expect(result.tables).toEqual(['workspaces', 'solutions', 'organization_counts', 'workspace_solution_counts']);
+    expect(result.tables).toEqual(['workspaces', 'solutions', 'organization_counts', 'workspace_solution_counts', 'changes']);
     // Every cascade was written by the service already: none left to do.
     expect(result.pendingCascades).toBe(0);
     expect((await stack.pool.query('SELECT 1 FROM cascade_pending')).rowCount).toBe(0);
@@ -119,7 +119,9 @@ describe('rebuilding the read tables with the service stopped', () => {
     await stack.pool.query(`UPDATE solutions SET name = 'tampered' WHERE id = (SELECT min(id) FROM solutions)`);
     const outcome = await runCli('src/cli/rebuild.ts', ['--batch-size', '100'], stack.url);
     expect(outcome).toMatchObject({ code: 0 });
-    expect(outcome.stdout).toMatch(/^rebuilt workspaces, solutions, organization_counts, workspace_solution_counts from \d+ events/);
+    expect(outcome.stdout).toMatch(
+      /^rebuilt workspaces, solutions, organization_counts, workspace_solution_counts, changes from \d+ events/,
+    );
     expect(outcome.stderr).toMatch(/^rebuilding: [\d,]+\/[\d,]+ events \(\d+\.\d%\), [\d,]+ events\/s, .* left$/m);
     expect(outcome.stderr).toMatch(/^done: ([\d,]+)\/\1 events \(100\.0%\)/m);
     expect(outcome.stderr).not.toContain('\r');

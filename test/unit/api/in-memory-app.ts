@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import { buildApp } from '../../../src/api/app.js';
 import { createTokenVerifier } from '../../../src/api/auth.js';
 import { IdempotencyKeys } from '../../../src/api/idempotency.js';
-import type { Queries } from '../../../src/api/operations.js';
+import type { Queries, Webhooks } from '../../../src/api/operations.js';
 import { mintToken, type TokenClaims } from '../../../src/api/tokens.js';
 import { InMemoryEventStore } from '../../../src/eventstore/in-memory.js';
 import { createClock } from '../../../src/infra/clock.js';
@@ -49,6 +49,8 @@ export async function startInMemoryApp(
       idempotency: new IdempotencyKeys(unusedPool, () => undefined),
       commands,
       queries: (options.queries ?? {}) as Queries,
+      // No webhook operation is sent here: they need PostgreSQL (test/e2e/webhooks.e2e.test.ts).
+      webhooks: {} as Webhooks,
       readiness: async () => ({ ready: true, checks: {} }),
       metrics: new Metrics(),
       auditKeys: async () => ({ keys: [] }),

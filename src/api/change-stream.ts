@@ -1,0 +1,106 @@
+import { once } from 'node:events';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Gauge } from 'prom-client';
+import { decodeCursor } from '../changes/cursor.js';
+import type { ChangePage, ChangeQuery } from '../changes/feed.js';
+import { ServiceError } from '../errors.js';
+
+/**
+ * `list_changes` as Server-Sent Events (contract §14): one event per change (`id:` its cursor,
+ * `event:` its type, `data:` the change as one JSON line), a comment when nothing came for
+ * `heartbeatMs`, until the token expires, the client goes or the service stops. Everything that can
+ * refuse the request (the token, the parameters, `Last-Event-ID`, the per-caller limit) is checked
+ * before the first byte, so a refusal is the usual JSON error body.
+ */
+
+/** The stream's form of a request: `Accept` naming text/event-stream. */
+export const wantsEventStream = (request: FastifyRequest): boolean => /\btext\/event-stream\b/i.test(request.headers.accept ?? '');
+
+/** Well under the contract's 15 s, so a comment arrives in time whatever the network adds. */
+const defaultHeartbeatMs = 10_000;
+
+export type ChangeStreamRequest = {
+  subject: string;
+  expiresAt: number;
+  query: ChangeQuery;
+  listChanges: (query: ChangeQuery, waitMs: number, signal: AbortSignal) => Promise<ChangePage>;
+};
+
+export class ChangeStreams {
+  private readonly openPerCaller = new Map<string, number>();
+  private readonly running = new Set<AbortController>();
+
+  constructor(
+    private readonly limitPerCaller: number,
+    private readonly openStreams: Gauge,
+    private readonly heartbeatMs = defaultHeartbeatMs,
+  ) {}
+
+  /** Ends every stream (the service is stopping): each client reconnects elsewhere with Last-Event-ID. */
+  closeAll(): void {
+    for (const controller of this.running) controller.abort();
+  }
+
+  async serve(request: FastifyRequest, reply: FastifyReply, stream: ChangeStreamRequest): Promise<void> {
+    const resumeFrom = request.headers['last-event-id'];
+    let { after } = stream.query;
+    if (resumeFrom !== undefined) {
+      const position = typeof resumeFrom === 'string' ? decodeCursor(resumeFrom) : undefined;
+      if (!position) {
+        throw new ServiceError('validation_error', 'invalid parameters', [
+          { path: 'headers.last-event-id', message: 'must be a cursor from list_changes (a change id)' },
+        ]);
+      }
+      after = position;
+    }
+    const open = this.openPerCaller.get(stream.subject) ?? 0;
+    if (open >= this.limitPerCaller) {
+      reply.header('Retry-After', '5');
+      throw new ServiceError('rate_limited', `at most ${this.limitPerCaller} change streams may be open per caller`);
+    }
+    this.openPerCaller.set(stream.subject, open + 1);
+    this.openStreams.inc();
+    const controller = new AbortController();
+    this.running.add(controller);
+    const { raw } = reply;
+    // The response's close: the client went away (or the stream ended).
+    raw.on('close', () => controller.abort());
+    reply.hijack();
+    try {
+      raw.writeHead(200, {
+        ...(reply.getHeaders() as Record<string, string>),
+        'content-type': 'text/event-stream; charset=utf-8',
+        'cache-control': 'no-cache',
+        connection: 'keep-alive',
+        // Proxies that buffer (nginx) would hold the events back.
+        'x-accel-buffering': 'no',
+      });
+      await this.write(raw, ': change stream\n\n');
+      const { signal } = controller;
+      while (!signal.aborted) {
+        const left = stream.expiresAt - Date.now();
+        if (left <= 0) break;
+        const page = await stream.listChanges({ ...stream.query, after }, Math.min(this.heartbeatMs, left), signal);
+        if (signal.aborted) break;
+        const text = page.items.map((change) => `id: ${change.id}\nevent: ${change.type}\ndata: ${JSON.stringify(change)}\n\n`).join('');
+        await this.write(raw, text || ': keep-alive\n\n');
+        after = decodeCursor(page.next) ?? after;
+      }
+    } catch (error) {
+      // Past the headers no error body can be sent: the stream ends, and the client resumes with Last-Event-ID.
+      request.log.warn({ err: (error as Error).message }, 'change stream ended by an error');
+    } finally {
+      this.running.delete(controller);
+      const left = (this.openPerCaller.get(stream.subject) ?? 1) - 1;
+      if (left > 0) this.openPerCaller.set(stream.subject, left);
+      else this.openPerCaller.delete(stream.subject);
+      this.openStreams.dec();
+      raw.end();
+    }
+  }
+
+  private async write(raw: FastifyReply['raw'], text: string): Promise<void> {
+    if (raw.destroyed) return;
+    if (!raw.write(text)) await Promise.race([once(raw, 'drain'), once(raw, 'close')]);
+  }
+}

@@ -1,0 +1,158 @@
+import { decodeCursor, encodeCursor } from '../../changes/cursor.js';
+import type { ChangeType } from '../../changes/feed.js';
+import { isoMicros, type Pool } from '../../infra/postgres.js';
+import type { Page, PageRequest } from '../../read/pages.js';
+import { newWebhookSecret } from '../signature.js';
+import { rotationOverlapMs, type Delivery, type DeliveryStatus, type Webhook, type WebhookWithSecret } from '../webhook.js';
+
+/** The webhooks' rows (src/infra/migrations/0009-webhooks.ts): what the eight operations read and write. */
+
+const webhookColumns = `id, organization_id, url, types, description, enabled, disabled_reason,
+  ${isoMicros('created_at')} AS created_at, ${isoMicros('updated_at')} AS updated_at`;
+
+type Row = Webhook & { secret?: string };
+
+const present = ({ secret: _secret, ...webhook }: Row): Webhook => webhook;
+
+export type WebhookChanges = { url?: string; types?: ChangeType[]; description?: string; enabled?: boolean };
+
+export class WebhookStore {
+  constructor(
+    private readonly pool: Pool,
+    private readonly newId: () => string,
+  ) {}
+
+  /**
+   * A new webhook, its deliveries starting after the change feed as the projection has it now:
+   * every change committed after this answer is projected after that point.
+   */
+  async create(fields: { organization_id: string; url: string; types: ChangeType[]; description: string }): Promise<WebhookWithSecret> {
+    const secret = newWebhookSecret();
+    const { rows } = await this.pool.query<Row>(
+      `INSERT INTO webhooks (id, organization_id, url, types, description, enabled, secret, enqueued_commit, enqueued_prepare,
+         created_at, updated_at)
+       SELECT $1, $2, $3, $4, $5, true, $6, COALESCE(c.commit_position, 0), COALESCE(c.prepare_position, 0), now(), now()
+       FROM (SELECT 1) one LEFT JOIN projection_checkpoints c ON c.name = 'read_model'
+       RETURNING ${webhookColumns}`,
+      [this.newId(), fields.organization_id, fields.url, fields.types, fields.description, secret],
+    );
+    return { ...present(rows[0]!), secret };
+  }
+
+  async get(id: string, organizations: readonly string[]): Promise<Webhook | undefined> {
+    const { rows } = await this.pool.query<Row>(`SELECT ${webhookColumns} FROM webhooks WHERE id = $1 AND organization_id = ANY($2)`, [
+      id,
+      organizations,
+    ]);
+    return rows[0] && present(rows[0]);
+  }
+
+  async list(organizations: readonly string[], request: PageRequest): Promise<Page<Webhook>> {
+    const [{ rows: items }, { rows: counted }] = await Promise.all([
+      this.pool.query<Row>(
+        `SELECT ${webhookColumns} FROM webhooks WHERE organization_id = ANY($1) ORDER BY created_at, id OFFSET $2 LIMIT $3`,
+        [organizations, (BigInt(request.page - 1) * BigInt(request.size)).toString(), request.size],
+      ),
+      this.pool.query<{ total: string }>('SELECT count(*)::text AS total FROM webhooks WHERE organization_id = ANY($1)', [organizations]),
+    ]);
+    return { total: Number(counted[0]?.total ?? 0), page: request.page, size: request.size, items: items.map(present) };
+  }
+
+  /** Enabling again clears why it was disabled and its failing time, so it gets its days again. */
+  async update(id: string, organizations: readonly string[], changes: WebhookChanges): Promise<Webhook | undefined> {
+    const { rows } = await this.pool.query<Row>(
+      `UPDATE webhooks SET url = COALESCE($3, url), types = COALESCE($4, types), description = COALESCE($5, description),
+         enabled = COALESCE($6, enabled),
+         disabled_reason = CASE WHEN $6 THEN NULL ELSE disabled_reason END,
+         failing_since = CASE WHEN $6 THEN NULL ELSE failing_since END,
+         updated_at = now()
+       WHERE id = $1 AND organization_id = ANY($2)
+       RETURNING ${webhookColumns}`,
+      [id, organizations, changes.url ?? null, changes.types ?? null, changes.description ?? null, changes.enabled ?? null],
+    );
+    return rows[0] && present(rows[0]);
+  }
+
+  async remove(id: string, organizations: readonly string[]): Promise<boolean> {
+    const { rowCount } = await this.pool.query(
+      `WITH gone AS (DELETE FROM webhooks WHERE id = $1 AND organization_id = ANY($2) RETURNING id)
+       , deliveries AS (DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT id FROM gone))
+       SELECT FROM gone`,
+      [id, organizations],
+    );
+    return rowCount === 1;
+  }
+
+  /** A new secret; the old one keeps signing, beside it, for 24 h. */
+  async rotate(id: string, organizations: readonly string[]): Promise<WebhookWithSecret | undefined> {
+    const secret = newWebhookSecret();
+    const { rows } = await this.pool.query<Row>(
+      `UPDATE webhooks SET previous_secret = secret, previous_secret_until = now() + make_interval(secs => $4::float8 / 1000),
+         secret = $3, updated_at = now()
+       WHERE id = $1 AND organization_id = ANY($2)
+       RETURNING ${webhookColumns}`,
+      [id, organizations, secret, rotationOverlapMs],
+    );
+    return rows[0] && { ...present(rows[0]), secret };
+  }
+
+  async deliveries(
+    id: string,
+    organizations: readonly string[],
+    request: PageRequest,
+    status: DeliveryStatus | undefined,
+  ): Promise<Page<Delivery> | undefined> {
+    if (!(await this.get(id, organizations))) return undefined;
+    const [{ rows }, { rows: counted }] = await Promise.all([
+      this.pool.query<DeliveryRow>(
+        `SELECT ${deliveryColumns} FROM webhook_deliveries
+         WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2) ORDER BY commit_position, prepare_position OFFSET $3 LIMIT $4`,
+        [id, status ?? null, (BigInt(request.page - 1) * BigInt(request.size)).toString(), request.size],
+      ),
+      this.pool.query<{ total: string }>(
+        'SELECT count(*)::text AS total FROM webhook_deliveries WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2)',
+        [id, status ?? null],
+      ),
+    ]);
+    return { total: Number(counted[0]?.total ?? 0), page: request.page, size: request.size, items: rows.map(deliveryOf) };
+  }
+
+  /**
+   * Delivers a change of the webhook's organization again, now, with a fresh schedule (the
+   * change need not have been delivered before). Undefined when the webhook or the change is not there.
+   */
+  async redeliver(id: string, organizations: readonly string[], changeId: string): Promise<Delivery | undefined> {
+    const position = decodeCursor(changeId);
+    if (!position) return undefined;
+    const { rows } = await this.pool.query<DeliveryRow>(
+      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
+         next_attempt_at)
+       SELECT w.id, c.commit_position, c.prepare_position, c.organization_id, c.stream_name, c.type, 'pending', now()
+       FROM webhooks w JOIN changes c ON c.organization_id = w.organization_id AND c.commit_position = $3 AND c.prepare_position = $4
+       WHERE w.id = $1 AND w.organization_id = ANY($2)
+       ON CONFLICT (webhook_id, commit_position, prepare_position) DO UPDATE
+       SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL, lease = NULL, leased_until = NULL
+       RETURNING ${deliveryColumns}`,
+      [id, organizations, position.commit.toString(), position.prepare.toString()],
+    );
+    return rows[0] && deliveryOf(rows[0]);
+  }
+}
+
+/** A delivery's row: the change's position in place of its id. */
+export type DeliveryRow = Omit<Delivery, 'change_id'> & { commit_position: string; prepare_position: string };
+
+const deliveryColumns = `commit_position::text, prepare_position::text, type, status, attempts,
+  ${isoMicros('last_attempt_at')} AS last_attempt_at, last_status_code, last_error,
+  CASE WHEN status = 'pending' THEN ${isoMicros('next_attempt_at')} END AS next_attempt_at`;
+
+const deliveryOf = (row: DeliveryRow): Delivery => ({
+  change_id: encodeCursor({ commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) }),
+  type: row.type,
+  status: row.status,
+  attempts: row.attempts,
+  last_attempt_at: row.last_attempt_at,
+  last_status_code: row.last_status_code,
+  last_error: row.last_error,
+  next_attempt_at: row.next_attempt_at,
+});

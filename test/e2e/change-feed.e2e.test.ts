@@ -1,0 +1,233 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pino } from 'pino';
+import { mintToken } from '../../src/api/tokens.js';
+import { rebuildReadModel } from '../../src/projections/rebuild/index.js';
+import type { Change } from '../../src/client/index.js';
+import { testSecret } from '../support/secret.js';
+import { startTestService, type TestService } from '../support/service.js';
+import { clientFor, expectError, expectValidation, jsonHeaders, ok, rawPost } from './helpers.js';
+
+/** Contract §14: the change feed, paged, filtered, long-polled and streamed, in both event-store modes. */
+describe('change feed', () => {
+  let service: TestService;
+  let token: string;
+  const org = 'org_feed';
+  const otherOrg = 'org_feed_other';
+  let workspace: any;
+  let solution: any;
+
+  /** Every change the token sees, following `next` in pages of `limit`. */
+  async function allChanges(as: string, params: Record<string, unknown> = {}, limit = 2): Promise<Change[]> {
+    const seen: Change[] = [];
+    let after: string | undefined;
+    for (;;) {
+      const page = await ok(service, as, 'list_changes', { ...params, limit, ...(after ? { after } : {}) });
+      seen.push(...page.items);
+      after = page.next;
+      if (!page.has_more) return seen;
+    }
+  }
+
+  /** Reads Server-Sent Events from a response until `count` changes came; returns them and the comments seen. */
+  async function readEvents(response: Response, count: number): Promise<{ changes: Change[]; ids: string[] }> {
+    const reader = response.body!.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    const changes: Change[] = [];
+    const ids: string[] = [];
+    while (changes.length < count) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = text.indexOf('\n\n')) >= 0) {
+        const block = text.slice(0, end);
+        text = text.slice(end + 2);
+        const id = /^id: (.*)$/m.exec(block)?.[1];
+        const data = /^data: (.*)$/m.exec(block)?.[1];
+        if (id && data) {
+          ids.push(id);
+          changes.push(JSON.parse(data) as Change);
+        }
+      }
+    }
+    await reader.cancel();
+    return { changes: changes.slice(0, count), ids: ids.slice(0, count) };
+  }
+
+  const stream = (as: string, params: Record<string, unknown> = {}, headers: Record<string, string> = {}, signal?: AbortSignal) =>
+    fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { ...jsonHeaders(as), accept: 'text/event-stream', ...headers },
+      body: JSON.stringify({ query: 'list_changes', params }),
+      ...(signal ? { signal } : {}),
+    });
+
+  beforeAll(async () => {
+    service = await startTestService({ env: { CHANGE_STREAMS_PER_CALLER: '2' } });
+    token = await service.token([org, otherOrg]);
+    workspace = await ok(service, token, 'create_workspace', { organization_id: org, name: 'Feed' });
+    solution = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'S' });
+    await ok(service, token, 'update_workspace', { id: workspace.id, name: 'Feed 2' });
+    await ok(service, token, 'update_solution', { id: solution.id, name: 'S2', attributes: { a: 1 } });
+    await ok(service, token, 'create_workspace', { organization_id: otherOrg, name: 'Other' });
+  });
+  afterAll(() => service?.close());
+
+  it('shows every change once across pages, in log order, each as in the record history', async () => {
+    const changes = await allChanges(token, { organization_id: org });
+    expect(changes.map((change) => change.type)).toEqual(['WorkspaceCreated', 'SolutionCreated', 'WorkspaceUpdated', 'SolutionUpdated']);
+    expect(new Set(changes.map((change) => change.id)).size).toBe(4);
+    const history = await ok(service, token, 'get_solution_history', { id: solution.id, page: 1, size: 10 });
+    const solutionChanges = changes.filter((change) => change.solution_id === solution.id);
+    expect(solutionChanges.map(({ version, type, occurred_at, actor, data }) => ({ version, type, occurred_at, actor, data }))).toEqual(
+      history.items,
+    );
+    expect(solutionChanges[1]).toMatchObject({ organization_id: org, workspace_id: workspace.id, version: 2 });
+    expect(changes[2]).toMatchObject({ organization_id: org, workspace_id: workspace.id, version: 2 });
+    expect(changes[2]).not.toHaveProperty('solution_id');
+    // The same walk in one page gives the same changes.
+    expect(await allChanges(token, { organization_id: org }, 1000)).toEqual(changes);
+  });
+
+  it("never shows another organization's changes, and narrows kinds by scope and filters", async () => {
+    const stranger = await service.token(['org_feed_stranger']);
+    await ok(service, stranger, 'create_workspace', { organization_id: 'org_feed_stranger', name: 'Mine' });
+    const theirs = await allChanges(stranger);
+    expect(theirs.map((change) => change.organization_id)).toEqual(['org_feed_stranger']);
+    expect((await allChanges(token)).some((change) => change.organization_id === 'org_feed_stranger')).toBe(false);
+
+    const workspacesOnly = await service.token([org], 'workspaces:read');
+    expect((await allChanges(workspacesOnly)).map((change) => change.type)).toEqual(['WorkspaceCreated', 'WorkspaceUpdated']);
+    const solutionsOnly = await service.token([org], 'solutions:read');
+    expect((await allChanges(solutionsOnly)).map((change) => change.type)).toEqual(['SolutionCreated', 'SolutionUpdated']);
+    expect((await allChanges(token, { types: ['SolutionUpdated'] })).map((change) => change.solution_id)).toEqual([solution.id]);
+    expect((await allChanges(token, { workspace_id: workspace.id })).length).toBe(4);
+    expect(await allChanges(token, { organization_id: 'org_not_mine' })).toEqual([]);
+    expect(await allChanges(stranger, { workspace_id: workspace.id })).toEqual([]);
+
+    const noReads = await service.token([org], 'workspaces:write');
+    expectError(await rawPost(service, JSON.stringify({ query: 'list_changes', params: {} }), jsonHeaders(noReads)), 403, 'forbidden');
+  });
+
+  it('refuses malformed cursors and bounds', async () => {
+    const call = (params: unknown) => rawPost(service, JSON.stringify({ query: 'list_changes', params }), jsonHeaders(token));
+    expectValidation(await call({ after: 'not a cursor' }), 'params.after');
+    expectValidation(await call({ after: 'A'.repeat(129) }), 'params.after');
+    expectValidation(await call({ limit: 1001 }), 'params.limit');
+    expectValidation(await call({ wait_ms: 30_001 }), 'params.wait_ms');
+    expectValidation(await call({ types: [] }), 'params.types');
+    expectValidation(await call({ types: ['Nope'] }), 'params.types.0');
+  });
+
+  it('continues from `next` after the end, and a long poll wakes for a change made meanwhile', async () => {
+    const end = await ok(service, token, 'list_changes', { organization_id: org, limit: 1000 });
+    const empty = await ok(service, token, 'list_changes', { organization_id: org, after: end.next });
+    expect(empty).toEqual({ items: [], next: end.next, has_more: false });
+    const started = Date.now();
+    const polling = ok(service, token, 'list_changes', { organization_id: org, after: end.next, wait_ms: 20_000 });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const created = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Late' });
+    const woken = await polling;
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(woken.items.map((change) => change.solution_id)).toEqual([created.id]);
+    // Nothing new: the wait runs out and answers an empty page.
+    expect((await ok(service, token, 'list_changes', { organization_id: org, after: woken.next, wait_ms: 300 })).items).toEqual([]);
+  });
+
+  it('streams Server-Sent Events, resumes with Last-Event-ID exactly, and the client follows both ways', async () => {
+    const expected = await allChanges(token, { organization_id: org }, 1000);
+    const response = await stream(token, { organization_id: org });
+    expect(response.status).toBe(200);
+    expect(response.headers.get('content-type')).toMatch(/^text\/event-stream/);
+    const first = await readEvents(response, 2);
+    expect(first.changes).toEqual(expected.slice(0, 2));
+    expect(first.ids).toEqual(expected.slice(0, 2).map((change) => change.id));
+
+    const resumed = await stream(token, { organization_id: org }, { 'last-event-id': first.ids[1]! });
+    // The rest, then a change made while streaming.
+    const reading = readEvents(resumed, expected.length - 2 + 1);
+    await ok(service, token, 'update_workspace', { id: workspace.id, name: 'Feed 3' });
+    const rest = await reading;
+    expect(rest.changes.slice(0, expected.length - 2)).toEqual(expected.slice(2));
+    expect(rest.changes.at(-1)).toMatchObject({ type: 'WorkspaceUpdated', data: { name: 'Feed 3' } });
+
+    const client = clientFor(service, token);
+    const paged: Change[] = [];
+    for await (const change of client.changes({ organization_id: org, limit: 2 })) paged.push(change);
+    expect(paged.slice(0, expected.length)).toEqual(expected);
+    const controller = new AbortController();
+    const streamed: Change[] = [];
+    for await (const change of client.streamChanges({ organization_id: org }, { signal: controller.signal })) {
+      streamed.push(change);
+      if (streamed.length === paged.length) controller.abort();
+    }
+    expect(streamed).toEqual(paged);
+  });
+
+  it('shows every change exactly once to a reader paging while other clients write', async () => {
+    const busy = 'org_feed_busy';
+    const writer = await service.token([busy]);
+    const start = (await ok(service, writer, 'list_changes', { limit: 1000 })).next;
+    const writing = Promise.all(
+      Array.from({ length: 4 }, (_, client) =>
+        (async () => {
+          for (let i = 0; i < 8; i++) await ok(service, writer, 'create_workspace', { organization_id: busy, name: `C${client}-${i}` });
+        })(),
+      ),
+    );
+    const seen: Change[] = [];
+    let after = start;
+    let done = false;
+    void writing.then(() => (done = true));
+    for (;;) {
+      const finished = done;
+      const page = await ok(service, writer, 'list_changes', { after, limit: 3 });
+      seen.push(...page.items);
+      after = page.next;
+      if (finished && !page.has_more) break;
+    }
+    await writing;
+    expect(seen).toHaveLength(32);
+    expect(new Set(seen.map((change) => change.id)).size).toBe(32);
+    expect(seen).toEqual(await allChanges(writer, {}, 1000));
+  });
+
+  it('continues exactly from a cursor taken before a projection rebuild, and shows changes made after it', async () => {
+    const before = await allChanges(token, { organization_id: org }, 1000);
+    const middle = before[1]!.id;
+    await rebuildReadModel({ connectionString: service.databaseUrl, store: service.runtime.store, logger: pino({ level: 'silent' }) });
+    expect(await allChanges(token, { organization_id: org, after: middle }, 2)).toEqual(before.slice(2));
+    const created = await ok(service, token, 'create_workspace', { organization_id: org, name: 'After the rebuild' });
+    const after = await allChanges(token, { organization_id: org, after: before.at(-1)!.id });
+    expect(after.map((change) => change.workspace_id)).toEqual([created.id]);
+  });
+
+  it('refuses a bad Last-Event-ID and streams past the per-caller limit with JSON 429s; a stream ends when its token expires', async () => {
+    expectValidation(
+      await rawPost(service, JSON.stringify({ query: 'list_changes', params: {} }), {
+        ...jsonHeaders(token),
+        accept: 'text/event-stream',
+        'last-event-id': 'nope',
+      }),
+      'headers.last-event-id',
+    );
+    const limited = await service.token([org], undefined, 'streamer');
+    const controller = new AbortController();
+    const open = [await stream(limited, {}, {}, controller.signal), await stream(limited, {}, {}, controller.signal)];
+    for (const response of open) expect(response.status).toBe(200);
+    const refused = await rawPost(service, JSON.stringify({ query: 'list_changes', params: {} }), {
+      ...jsonHeaders(limited),
+      accept: 'text/event-stream',
+    });
+    expectError(refused, 429, 'rate_limited');
+    expect(refused.headers.get('retry-after')).toMatch(/^\d+$/);
+    controller.abort();
+
+    const shortLived = await mintToken(testSecret, { subject: 'brief', organizations: [org], expiresIn: '2s' });
+    const response = await stream(shortLived, { organization_id: org });
+    expect(response.status).toBe(200);
+    // The body ends by itself once the token expires.
+    expect((await response.text()).length).toBeGreaterThan(0);
+  });
+});

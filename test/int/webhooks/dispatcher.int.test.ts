@@ -1,0 +1,139 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import pg from 'pg';
+import { pino } from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { changeEntriesOf, type FeedEvent } from '../../../src/changes/feed.js';
+import type { Envelope } from '../../../src/domain/events.js';
+import { startOfLog } from '../../../src/eventstore/port.js';
+import { migrate } from '../../../src/infra/migrate.js';
+import { noChanges } from '../../../src/projections/batch.js';
+import { writeChanges } from '../../../src/projections/tables.js';
+import { WebhookDispatcher, type DispatcherSettings } from '../../../src/webhooks/adapters/dispatcher.js';
+import { WebhookStore } from '../../../src/webhooks/adapters/store.js';
+import { createTestDatabase } from '../../support/database.js';
+import { readDelivery, type ReceivedDelivery } from '../../support/webhook-receiver.js';
+
+/** The dispatcher on a real PostgreSQL with a real receiver on loopback: shared work, connection-time checks, disabling. */
+describe('webhook delivery', () => {
+  let pool: pg.Pool;
+  let server: Server;
+  let url = '';
+  const received: ReceivedDelivery[] = [];
+  let secret = '';
+  let answer = 200;
+  let ids = 0;
+  const store = () => new WebhookStore(pool, () => `wh_${++ids}`);
+  const metadata = { actor: 'alice', request_id: 'r', occurred_at: '2026-11-25T10:00:00.000000Z', schema_version: 2 };
+  let commit = 0n;
+  const idle = { current: startOfLog, waitPast: (_: unknown, ms: number) => new Promise<boolean>((r) => setTimeout(() => r(false), ms)) };
+  const settings = (overrides: Partial<DispatcherSettings> = {}): DispatcherSettings => ({
+    timeoutMs: 1000,
+    retrySchedule: [50, 50, 50],
+    disableAfterMs: 3_600_000,
+    allowPrivateTargets: true,
+    ...overrides,
+  });
+  const logger = pino({ level: 'silent' });
+
+  /** `count` workspaces created in `organization`, each its own record, projected as one batch. */
+  async function project(organization: string, count: number): Promise<void> {
+    const events: FeedEvent[] = Array.from({ length: count }, (_, i) => {
+      const id = `ws_${organization}_${commit + 1n}_${i}`;
+      return {
+        event: {
+          type: 'WorkspaceCreated',
+          data: { id, organization_id: organization, name: id, description: '', attributes: {} },
+          metadata,
+        } as Envelope,
+        streamName: `workspace-${id}`,
+        version: 1n,
+        position: { commit: (commit += 1n), prepare: 0n },
+      };
+    });
+    await writeChanges(pool, { ...noChanges(), feed: changeEntriesOf(events) });
+  }
+
+  async function until(condition: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    while (!(await condition()) && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+
+  beforeAll(async () => {
+    pool = new pg.Pool({ connectionString: await createTestDatabase(), max: 10 });
+    await migrate(pool, { eventStore: false });
+    server = createServer((request, response) => {
+      void readDelivery(request, secret).then((delivery) => {
+        received.push(delivery);
+        response.writeHead(answer).end();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  });
+  afterAll(async () => {
+    server?.closeAllConnections();
+    server?.close();
+    await pool?.end();
+  });
+
+  it('two instances under load deliver each change once, signed, and record one attempt each', async () => {
+    const hook = await store().create({ organization_id: 'org_one', url, types: ['WorkspaceCreated'], description: '' });
+    secret = hook.secret;
+    const dispatchers = [0, 1].map(() => new WebhookDispatcher(pool, idle, settings(), logger, {}, 20));
+    for (const dispatcher of dispatchers) dispatcher.start();
+    // Another organization's changes are not this webhook's.
+    await project('org_other', 5);
+    for (let batch = 0; batch < 10; batch++) await project('org_one', 20);
+    await until(() => received.length >= 200);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await Promise.all(dispatchers.map((dispatcher) => dispatcher.stop()));
+    expect(received).toHaveLength(200);
+    expect(new Set(received.map((r) => r.id)).size).toBe(200);
+    expect(received.every((r) => r.verified)).toBe(true);
+    const { rows } = await pool.query<{ status: string; attempts: number; n: string }>(
+      'SELECT status, attempts, count(*)::text AS n FROM webhook_deliveries WHERE webhook_id = $1 GROUP BY 1, 2',
+      [hook.id],
+    );
+    expect(rows).toEqual([{ status: 'succeeded', attempts: 1, n: '200' }]);
+    await store().remove(hook.id, ['org_one']);
+  });
+
+  it('refuses at connection a name that resolves to a non-public address, whatever the URL was when created', async () => {
+    received.length = 0;
+    const hook = await store().create({ organization_id: 'org_two', url, types: ['WorkspaceCreated'], description: '' });
+    // As if its DNS changed after creation: the name now points at loopback.
+    await pool.query('UPDATE webhooks SET url = $2 WHERE id = $1', [
+      hook.id,
+      url.replace('127.0.0.1', 'localhost').replace('http:', 'https:'),
+    ]);
+    const dispatcher = new WebhookDispatcher(pool, idle, settings({ allowPrivateTargets: false, retrySchedule: [] }), logger, {}, 20);
+    dispatcher.start();
+    await project('org_two', 1);
+    const log = () => store().deliveries(hook.id, ['org_two'], { page: 1, size: 10 }, undefined);
+    await until(async () => (await log())!.items[0]?.status === 'failed');
+    await dispatcher.stop();
+    expect((await log())!.items[0]).toMatchObject({ status: 'failed', attempts: 1, last_status_code: null });
+    expect((await log())!.items[0]!.last_error).toMatch(/non-public/);
+    expect(received).toEqual([]);
+  });
+
+  it('disables a webhook failing without a success for the configured time', async () => {
+    answer = 500;
+    const hook = await store().create({ organization_id: 'org_three', url, types: ['WorkspaceCreated'], description: '' });
+    const dispatcher = new WebhookDispatcher(
+      pool,
+      idle,
+      settings({ disableAfterMs: 300, retrySchedule: [100, 100, 100, 100, 100, 100] }),
+      logger,
+      {},
+      20,
+    );
+    dispatcher.start();
+    await project('org_three', 1);
+    await until(async () => !(await store().get(hook.id, ['org_three']))!.enabled);
+    await dispatcher.stop();
+    expect(await store().get(hook.id, ['org_three'])).toMatchObject({ enabled: false, disabled_reason: 'failing' });
+    answer = 200;
+  });
+});

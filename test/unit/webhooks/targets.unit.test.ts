@@ -1,0 +1,53 @@
+import { describe, expect, it } from 'vitest';
+import { isPublicAddress, literalTargetProblem, targetProblem } from '../../../src/webhooks/adapters/targets.js';
+
+describe('webhook targets', () => {
+  it('tells public unicast addresses from loopback, private, link-local (cloud metadata), reserved and mapped ones', () => {
+    for (const address of ['93.184.216.34', '8.8.8.8', '2606:4700:4700::1111']) expect(isPublicAddress(address), address).toBe(true);
+    for (const address of [
+      '127.0.0.1',
+      '10.1.2.3',
+      '172.16.0.1',
+      '192.168.1.1',
+      '169.254.169.254',
+      '0.0.0.0',
+      '100.64.0.1',
+      '224.0.0.1',
+      '::1',
+      'fe80::1',
+      'fd00::1',
+      '::ffff:127.0.0.1',
+      '::ffff:169.254.169.254',
+      'not an address',
+    ]) {
+      expect(isPublicAddress(address), address).toBe(false);
+    }
+  });
+
+  it('refuses, as written, anything but https to a name or a public address', () => {
+    expect(targetProblem('https://hooks.example.com/in', false)).toBeUndefined();
+    expect(targetProblem('https://93.184.216.34/in', false)).toBeUndefined();
+    expect(targetProblem('http://hooks.example.com/in', false)).toBe('must be an https:// URL');
+    expect(targetProblem('ftp://hooks.example.com/in', true)).toBe('must be an https:// URL');
+    expect(targetProblem('hooks.example.com', false)).toBe('must be an absolute URL');
+    expect(targetProblem('https://user:pw@hooks.example.com/', false)).toBe('must not carry credentials');
+    for (const url of [
+      'https://localhost/',
+      'https://api.localhost/',
+      'https://127.0.0.1:9464/metrics',
+      'https://169.254.169.254/',
+      'https://[::1]/',
+    ]) {
+      expect(targetProblem(url, false), url).toMatch(/non-public/);
+    }
+    // Development and tests: http and loopback allowed.
+    expect(targetProblem('http://127.0.0.1:9464/', true)).toBeUndefined();
+  });
+
+  it('checks an address in the URL at each attempt too, since connecting to it skips the DNS check', () => {
+    expect(literalTargetProblem('https://10.0.0.1/', false)).toMatch(/not a public address/);
+    expect(literalTargetProblem('https://[fd00::1]/', false)).toMatch(/not a public address/);
+    expect(literalTargetProblem('https://hooks.example.com/', false)).toBeUndefined();
+    expect(literalTargetProblem('https://10.0.0.1/', true)).toBeUndefined();
+  });
+});
