@@ -142,7 +142,6 @@ const tagOf = (name: OperationName) => {
 
 function pathItem(name: OperationName) {
   const operation = operations[name];
-  const scopes = scopesOf(name);
   const Name = pascal(name);
   const errorResponses = Object.fromEntries(
     byStatus(refusalsOf(name)).map(([status, codes]) => [
