@@ -130,7 +130,7 @@ export async function markRetried(db: Queryable, position: GlobalPosition): Prom
 /** The dead letter the projector is stopped at, if any. */
 export async function blockingDeadLetter(db: Queryable): Promise<DeadLetter | undefined> {
   const { rows } = await db.query<Row>(
-    `SELECT ${columns} FROM projection_dead_letters WHERE projector = $1 AND resolution IS NULL ORDER BY commit_position, prepare_position LIMIT 1`,
+    `SELECT ${columns} FROM projection_dead_letters WHERE projector = $1 AND resolution IS NULL ORDER BY projection_dead_letters.commit_position, projection_dead_letters.prepare_position LIMIT 1`,
     [projectorName],
   );
   return rows[0] && toDeadLetter(rows[0]);

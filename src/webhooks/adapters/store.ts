@@ -106,7 +106,9 @@ export class WebhookStore {
     const [{ rows }, { rows: counted }] = await Promise.all([
       this.pool.query<DeliveryRow>(
         `SELECT ${deliveryColumns} FROM webhook_deliveries
-         WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2) ORDER BY commit_position, prepare_position OFFSET $3 LIMIT $4`,
+         WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2)
+         -- Qualified: the bare names would sort by the selected text columns, where '1011' < '301'.
+         ORDER BY webhook_deliveries.commit_position, webhook_deliveries.prepare_position OFFSET $3 LIMIT $4`,
         [id, status ?? null, (BigInt(request.page - 1) * BigInt(request.size)).toString(), request.size],
       ),
       this.pool.query<{ total: string }>(
