@@ -27,17 +27,6 @@ export type EventOf<K extends RecordKind> = K extends 'workspace' ? WorkspaceEve
 
 const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? workspaceStream(id) : solutionStream(id));
 
-/** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
-/** The record's events, upcast; empty when it never existed or belongs to an organization not given. */
-export async function accessibleEvents(
-  store: EventStore,
-  kind: RecordKind,
-  id: string,
-  organizations: ReadonlySet<string>,
-): Promise<Envelope[]> {
-  return (await accessibleRecord(store, kind, id, organizations)).map((logged) => logged.event);
-}
-
 /** The record's events as logged; empty when it never existed or belongs to an organization not given. */
 export async function accessibleRecord(
   store: EventStore,

@@ -7,7 +7,7 @@ import type { Solution, SolutionState } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
 import type { Workspace, WorkspaceState } from '../domain/workspace.js';
 import { chainHashes } from '../integrity/hashes.js';
-import { accessibleEvents, accessibleRecord, historyItem, type EventOf, type HistoryItem, type RecordKind } from './history.js';
+import { accessibleRecord, historyItem, type EventOf, type HistoryItem, type RecordKind } from './history.js';
 import {
   fieldsAt,
   foldUntil,
@@ -82,7 +82,7 @@ async function provenanceOf<State, Event extends WorkspaceEvent | SolutionEvent,
   asOf: Timestamp | undefined,
   pointer: string | undefined,
 ): Promise<FieldProvenance[]> {
-  const events = (await accessibleEvents(store, source.kind, id, organizations)) as Envelope<Event>[];
+  const events = (await accessibleRecord(store, source.kind, id, organizations)).map((logged) => logged.event) as Envelope<Event>[];
   const { state } = foldUntil(provenanceEvolve(source.fold), initialProvenance(source.fold), events, asOf);
   const [record = null] = await recordsAt(store, source, [state.state], [asOf]);
   if (record === null) throw notFound(source.kind);

@@ -8,13 +8,12 @@ import {
   type EventStore,
   type GlobalPosition,
   type NewEvent,
-  type StreamHead,
 } from '../eventstore/port.js';
 import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
-import { chainHead, hashAppended, storedHashes } from '../integrity/hashes.js';
+import { chainHead, hashAppended } from '../integrity/hashes.js';
 import type { RecentStates } from './recent-states.js';
-import { loadRecord, type Loaded } from './load-record.js';
+import { headAfter, loadRecord, type Loaded } from './load-record.js';
 import { snapshotInterval, type SnapshotStore } from './snapshots.js';
 import type { Timestamp } from '../domain/timestamp.js';
 
@@ -282,18 +281,6 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
     }
     await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
   }
-}
-
-/**
- * The stream's head at `version` after `head`, given the service's events read between (others'
- * events are not chained): the last one's stored hash. Undefined when that event was stored before
- * hashes existed, whose hash takes the whole chain to compute.
- */
-export function headAfter(head: StreamHead, events: LoggedEvent[], version: bigint): StreamHead | undefined {
-  const last = events.at(-1);
-  if (!last) return { version, hash: head.hash };
-  const hash = storedHashes(last.stored.metadata)?.hash;
-  return hash === undefined ? undefined : { version, hash };
 }
 
 /**

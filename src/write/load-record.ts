@@ -1,4 +1,4 @@
-import { readRecord, readRecordRange } from '../eventstore/event-log.js';
+import { readRecord, readRecordRange, type LoggedEvent } from '../eventstore/event-log.js';
 import { emptyStreamHead, type EventStore, type StreamHead } from '../eventstore/port.js';
 import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
@@ -54,13 +54,13 @@ async function foldFrom<State, Event extends DomainEvent>(
 ): Promise<Loaded<State> | undefined> {
   let state = start ? (start.state as State) : decider.initialState;
   let version = start?.head.version ?? 0n;
-  // The hash of the last of the service's events read, for the next append's `previous_hash`;
-  // undefined once one was stored before hashes existed (its hash needs the chain from the start).
-  let hash: string | undefined = start ? undefined : emptyStreamHead.hash;
-  const head = async (): Promise<StreamHead> => ({
-    version,
-    hash: hash ?? chainHead((await readRecord(store, streamName)).events.map((logged) => logged.stored)),
-  });
+  // The last of the service's events read (a snapshot's own event first): its hash is the next append's `previous_hash`.
+  let lastOwn: LoggedEvent | undefined;
+  const head = async (): Promise<StreamHead> =>
+    headAfter(emptyStreamHead, lastOwn ? [lastOwn] : [], version) ?? {
+      version,
+      hash: chainHead((await readRecord(store, streamName)).events.map((logged) => logged.stored)),
+    };
   const made: RecordSnapshot[] = [];
   const keep = () => {
     if (snapshots && made.length > 0) void snapshots.save(made);
@@ -75,7 +75,7 @@ async function foldFrom<State, Event extends DomainEvent>(
         keep();
         return { state, head: await head() };
       }
-      hash = storedHashes(logged.stored.metadata)?.hash;
+      lastOwn = logged;
       if (logged.version <= version) continue;
       state = decider.evolve(state, logged.event as Envelope<Event>);
       if (logged.version % snapshotInterval === 0n)
@@ -88,4 +88,16 @@ async function foldFrom<State, Event extends DomainEvent>(
   }
   keep();
   return { state, head: await head() };
+}
+
+/**
+ * The stream's head at `version` after `head`, given the service's events read between (others'
+ * events are not chained): the last one's stored hash. Undefined when that event was stored before
+ * hashes existed, whose hash takes the whole chain to compute.
+ */
+export function headAfter(head: StreamHead, events: LoggedEvent[], version: bigint): StreamHead | undefined {
+  const last = events.at(-1);
+  if (!last) return { version, hash: head.hash };
+  const hash = storedHashes(last.stored.metadata)?.hash;
+  return hash === undefined ? undefined : { version, hash };
 }
