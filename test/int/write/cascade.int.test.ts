@@ -89,6 +89,8 @@ describe('cascade worker', () => {
       expect(events[1]!.data).toMatchObject({ reason: 'workspace_deleted' });
       expect(events[1]!.metadata).toMatchObject({ actor: 'bob', request_id: 'req-delete' });
     }
+    // The last deletions are in the log once the to-do list is empty; the change feed shows them once projected.
+    await eventually(async () => (await stack.store.readAll(stack.progress.current, 1)).length === 0);
     expect(await stack.differences()).toEqual([]);
   });
 });
