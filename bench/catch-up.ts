@@ -11,7 +11,8 @@
  *
  * The events: in PostgreSQL (written straight into es_events, as bench:rebuild does), or with
  * `--event-store eventstoredb` in the EventStoreDB stand-in (test/support/eventstoredb-standin/),
- * run in this process and seeded through the service's adapter and the real client.
+ * run as a process of its own, as a node is, and seeded through the service's adapter and the real
+ * client.
  * PostgreSQL: DATABASE_URL's server when set, else the embedded one on DATA_DIR (default: a
  * directory under the system's temporary directory, kept between runs). The database is dropped
  * afterwards unless --keep; --database NAME reuses (or creates) a named one, and on PostgreSQL the
@@ -28,10 +29,10 @@ import { comparePositions, encodePosition, type GlobalPosition } from '../src/ev
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { readCheckpoint } from '../src/projections/tables.js';
 import { openStores } from '../src/runtime/stores.js';
-import { EventStoreDBStandIn } from '../test/support/eventstoredb-standin/index.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 import { databaseUrl as databaseUrlOn, finishBenchDatabase } from './databases.js';
 import { percentile } from './statistics.js';
+import { startStandInProcess } from './stand-in-process.js';
 import { appendsInFlight, seedEventStoreDB, seedPostgresLog } from './seeded-history.js';
 
 const usage = 'usage: npm run bench:catch-up -- [--events 1000000] [--event-store postgres|eventstoredb] [--database NAME] [--keep]\n';
@@ -64,6 +65,8 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const pollMs = 20;
 /** A projector whose checkpoint stands still this long while behind has stopped (a dead letter, a crash loop): the run fails. */
 const stalledAfterMs = 60_000;
+/** How often the reader asks for a record while the projector catches up, and after. */
+const readIntervalMs = 10;
 /** How long after the catch-up /readyz may still answer 503 before the run reports that it never answered 200. */
 const readyDeadlineMs = 30_000;
 const exited = (service: ServiceProcess) => service.child.exitCode !== null || service.child.signalCode !== null;
@@ -86,7 +89,7 @@ await admin.connect();
 if ((await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [databaseName])).rowCount === 0) {
   await admin.query(`CREATE DATABASE ${databaseName}`);
 }
-const standIn = onEventStoreDB ? await EventStoreDBStandIn.start() : undefined;
+const standIn = onEventStoreDB ? await startStandInProcess() : undefined;
 
 // The stores as every process opens them (src/runtime/stores.ts): the schema brought up to date, the adapter to seed through.
 const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl, EVENTSTORE_URL: standIn?.url ?? '' }, 'tool'), logger, {
@@ -96,7 +99,7 @@ const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl, EVENTST
 const { pool } = stores;
 let exitCode = 0;
 try {
-  const log = standIn ? await seedStandIn(standIn) : await seedPostgres();
+  const log = standIn ? await seedStandIn() : await seedPostgres();
 
   // As after a restore of the log alone, or on a fresh read database: no rows, no checkpoint, no
   // dead letters (they name positions the projector stopped at before).
@@ -129,7 +132,8 @@ try {
     // Reads while the projector catches up, then the same reads once it has: what a catch-up costs a reader.
     const reader = readWhile(service, () => caughtUpMs !== undefined || watching.signal.aborted);
     reader.catch(() => undefined);
-    caughtUpMs = await catchingUp;
+    const caughtUp = await catchingUp;
+    caughtUpMs = caughtUp.caughtUpMs;
     const firstReady = await ready;
     const during = await reader;
     const idleUntil = performance.now() + 3000;
@@ -142,12 +146,19 @@ try {
     const verifyDetails = verify.output.trim().split('\n').slice(0, -1);
     for (const line of verifyDetails) out(`projections:verify: ${line}`);
     const rows: [string, string][] = [
-      ['event store', standIn ? 'EventStoreDB (stand-in, in this process)' : 'PostgreSQL'],
+      ['event store', standIn ? 'EventStoreDB (stand-in, a process of its own)' : 'PostgreSQL'],
       ['PostgreSQL', `${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded'}, database ${databaseName}`],
       ['events in the log', integer.format(log.events)],
       ['seeding', log.seeding],
       ['service started (/healthz)', seconds(healthyMs)],
       ['caught up (checkpoint at the log end)', `${seconds(caughtUpMs)} after the start: ${integer.format(rate)} events/s`],
+      [
+        'projecting (first checkpoint move to the end)',
+        // A bulk catch-up moves the checkpoint once, to the end.
+        caughtUpMs - caughtUp.firstMovedMs > pollMs
+          ? `${seconds(caughtUpMs - caughtUp.firstMovedMs)}: ${integer.format(log.events / ((caughtUpMs - caughtUp.firstMovedMs) / 1000))} events/s`
+          : 'in one move (bulk)',
+      ],
       [
         '/readyz first answered 200',
         firstReady
@@ -218,7 +229,7 @@ async function seedPostgres(): Promise<SeededLog> {
   };
 }
 
-async function seedStandIn(node: EventStoreDBStandIn): Promise<SeededLog> {
+async function seedStandIn(): Promise<SeededLog> {
   const seeded = await seedEventStoreDB(stores.store, eventCount);
   const seeding =
     `${seeded.seconds.toFixed(1)} s, ${integer.format(seeded.events / seeded.seconds)} events/s ` +
@@ -228,28 +239,36 @@ async function seedStandIn(node: EventStoreDBStandIn): Promise<SeededLog> {
     events: seeded.events,
     seeding,
     end: seeded.end,
-    // Counted in the stand-in's own log, in this process: asking it over the wire would compete with the projector's reads.
+    // Asked once, when /readyz first answers 200: a short read then, however long the log.
     unprojectedAfter: async (checkpoint) => {
       let unprojected = 0;
-      for (const event of node.log.readAllForwards(checkpoint)) if (comparePositions(event.position, checkpoint) > 0) unprojected += 1;
-      return unprojected;
+      for (let after = checkpoint; ;) {
+        const page = await stores.store.readAll(after, 10_000);
+        unprojected += page.length;
+        if (page.length < 10_000) return unprojected;
+        after = page.at(-1)!.position;
+      }
     },
   };
 }
 
-/** Polls the checkpoint until it reaches `end`; the time since the start when it did. */
+/** Polls the checkpoint until it reaches `end`; the times since the start when it first moved and when it reached the end. */
 async function waitForCatchUp(
   end: GlobalPosition,
   since: () => number,
   signal: AbortSignal,
   serviceExited: () => boolean,
-): Promise<number> {
+): Promise<{ firstMovedMs: number; caughtUpMs: number }> {
   let last = await readCheckpoint(pool);
   let movedAt = since();
+  let firstMovedMs: number | undefined;
   for (;;) {
     const checkpoint = await readCheckpoint(pool);
-    if (comparePositions(checkpoint, end) >= 0) return since();
-    if (comparePositions(checkpoint, last) !== 0) [last, movedAt] = [checkpoint, since()];
+    if (comparePositions(checkpoint, end) >= 0) return { firstMovedMs: firstMovedMs ?? since(), caughtUpMs: since() };
+    if (comparePositions(checkpoint, last) !== 0) {
+      [last, movedAt] = [checkpoint, since()];
+      firstMovedMs ??= movedAt;
+    }
     signal.throwIfAborted();
     if (serviceExited()) throw new Error('the service exited before its projector caught up');
     if (since() - movedAt > stalledAfterMs) {
@@ -270,8 +289,11 @@ function latencies(values: number[]): string {
 }
 
 /**
- * `get_workspace` over and over from four connections, on records the projection has already
- * written (the first 500 to appear, or `ids`), until `done`; each answer's latency.
+ * `get_workspace` as one reader asks it, one request every `readIntervalMs` (or as soon as the one
+ * before it has answered, if that took longer), on records the projection has already written (the
+ * first 500 to appear, or `ids`), until `done`; each answer's latency. A light, steady reader
+ * measures what a catch-up costs a request; a flood of reads would measure how the two share the
+ * machine's cores instead.
  */
 async function readWhile(service: ServiceProcess, done: () => boolean, ids?: { id: string; organization_id: string }[]) {
   let records = ids ?? [];
@@ -282,21 +304,19 @@ async function readWhile(service: ServiceProcess, done: () => boolean, ids?: { i
   const found: number[] = [];
   if (records.length === 0) return { ids: records, latencies: found };
   const token = await service.token([...new Set(records.map((record) => record.organization_id))]);
-  let next = 0;
-  const loop = async () => {
-    while (!done()) {
-      const { id } = records[next++ % records.length]!;
-      const started = performance.now();
-      const response = await fetch(`${service.url}/api`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
-        body: JSON.stringify({ query: 'get_workspace', params: { id } }),
-      });
-      await response.arrayBuffer();
-      found.push(performance.now() - started);
-    }
-  };
-  await Promise.all(Array.from({ length: 4 }, loop));
+  for (let next = 0; !done(); next++) {
+    const { id } = records[next % records.length]!;
+    const started = performance.now();
+    const response = await fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+      body: JSON.stringify({ query: 'get_workspace', params: { id } }),
+    });
+    await response.arrayBuffer();
+    const took = performance.now() - started;
+    found.push(took);
+    await sleep(Math.max(0, readIntervalMs - took));
+  }
   return { ids: records, latencies: found };
 }
 

@@ -2,7 +2,7 @@
  * Seeded histories for the benches that need a long log (bench:rebuild, bench:catch-up): a
  * generator of valid ones (creates, updates and deletes of workspaces and solutions, workspace
  * deletions with their cascades; decided by the real deciders), the same history for the same
- * length, and its writing into either store: straight into PostgreSQL's es_events/es_streams in big
+ * length, each event with its hashes as the service appends it (contract §16), and its writing into either store: straight into PostgreSQL's es_events/es_streams in big
  * transactions, or appended to EventStoreDB through the service's adapter.
  *
  * Its choices are O(1) (test/support/generate.ts scans every record per choice, too slow for a
@@ -16,6 +16,7 @@ import type { CommandContext } from '../src/domain/command.js';
 import type { Envelope } from '../src/domain/events.js';
 import { decideSolution, evolveSolution, initialSolutionState, type SolutionState } from '../src/domain/solution.js';
 import { fromMicros } from '../src/domain/timestamp.js';
+import { hashEvent, zeroHash } from '../src/integrity/hashes.js';
 import { decideWorkspace, evolveWorkspace, initialWorkspaceState, type WorkspaceState } from '../src/domain/workspace.js';
 import { seededRandom } from '../test/support/generate.js';
 
@@ -51,6 +52,8 @@ export class HistoryGenerator {
   private readonly activeWorkspaces = bag<string>();
   private readonly activeSolutions = bag<string>();
   readonly streams = new Map<string, number>();
+  /** Each stream's last hash: events carry their hashes (contract §16) as the service appends them. */
+  private readonly lastHashes = new Map<string, string>();
 
   private context(): CommandContext {
     this.tick += 13n;
@@ -64,7 +67,12 @@ export class HistoryGenerator {
   private row(stream: string, event: Envelope): HistoryEvent {
     const version = (this.streams.get(stream) ?? 0) + 1;
     this.streams.set(stream, version);
-    return { stream, version, type: event.type, data: event.data, metadata: event.metadata };
+    const hashes = hashEvent(
+      { type: event.type, data: event.data, metadata: event.metadata, streamName: stream, version: BigInt(version) },
+      this.lastHashes.get(stream) ?? zeroHash,
+    );
+    this.lastHashes.set(stream, hashes.hash);
+    return { stream, version, type: event.type, data: event.data, metadata: { ...event.metadata, ...hashes } };
   }
 
   /** The events of one command (a workspace deletion brings its solutions' cascade deletions). */

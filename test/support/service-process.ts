@@ -28,7 +28,9 @@ export async function startServiceProcess(options: {
   env?: Record<string, string>;
 }): Promise<ServiceProcess> {
   const port = await freePort();
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  // SERVICE_NODE_ARGS: Node options for the service alone, such as `--cpu-prof` to profile it under a bench (NODE_OPTIONS refuses that one).
+  const nodeArgs = process.env.SERVICE_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts'], {
     cwd: root,
     env: {
       ...process.env,
