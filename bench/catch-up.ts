@@ -63,8 +63,11 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** How often the checkpoint and /readyz are asked: fine enough for runs of seconds, light enough not to slow the projector. */
 const pollMs = 20;
-/** A projector whose checkpoint stands still this long while behind has stopped (a dead letter, a crash loop): the run fails. */
-const stalledAfterMs = 60_000;
+/**
+ * A projector whose checkpoint stands still this long while behind has stopped (a dead letter, a
+ * crash loop): the run fails. Long enough for a bulk catch-up, which moves it once, at its end.
+ */
+const stalledAfterMs = 600_000;
 /** How often the reader asks for a record while the projector catches up, and after. */
 const readIntervalMs = 10;
 /** How long after the catch-up /readyz may still answer 503 before the run reports that it never answered 200. */

@@ -16,8 +16,17 @@ function decodePosition(payload: string): GlobalPosition | undefined {
   return match ? { commit: BigInt(match[1]!), prepare: BigInt(match[2]!) } : undefined;
 }
 
-/** `news`: a wait for the projection to move (the change feed's long poll), which neither a dead letter nor a timeout ends as a stall. */
-type Waiter = { position: GlobalPosition; resolve: (reached: boolean) => void; timer: NodeJS.Timeout; news?: boolean };
+/**
+ * `news`: a wait for the projection to move (the change feed's long poll), which neither a dead
+ * letter nor a timeout ends as a stall. `release`: what settling it must undo besides its timer.
+ */
+type Waiter = {
+  position: GlobalPosition;
+  resolve: (reached: boolean) => void;
+  timer: NodeJS.Timeout;
+  news?: boolean;
+  release?: () => void;
+};
 
 /**
  * How far the projection has got, as seen by this instance: told directly by a local projector,
@@ -119,18 +128,24 @@ export class ProjectionProgress {
   }
 
   /**
-   * True once the projection has moved past `position`; false when `timeoutMs` passed first. A
-   * wait for news (the change feed's long poll): running out is no stall, and /readyz is not told.
+   * True once the projection has moved past `position`; false when `timeoutMs` passed first, or
+   * `signal` aborted. A wait for news (the change feed's long poll, the webhook dispatcher's idle
+   * wait): running out is no stall, and /readyz is not told. Its listener on `signal` goes with it:
+   * a long-lived signal (a stream's, the dispatcher's) is waited on again and again.
    */
-  waitPast(position: GlobalPosition, timeoutMs: number): Promise<boolean> {
+  waitPast(position: GlobalPosition, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
     if (comparePositions(this.checkpoint, position) > 0) return Promise.resolve(true);
+    if (signal?.aborted) return Promise.resolve(false);
     return new Promise((resolve) => {
+      const abandon = () => this.settle(waiter, false);
       const waiter: Waiter = {
         position: { commit: position.commit, prepare: position.prepare + 1n },
         resolve,
-        timer: setTimeout(() => this.settle(waiter, false), timeoutMs),
+        timer: setTimeout(abandon, timeoutMs),
         news: true,
+        release: () => signal?.removeEventListener('abort', abandon),
       };
+      signal?.addEventListener('abort', abandon, { once: true });
       this.waiters.add(waiter);
       this.ensurePolling();
     });
@@ -176,6 +191,7 @@ export class ProjectionProgress {
 
   private settle(waiter: Waiter, reached: boolean): void {
     clearTimeout(waiter.timer);
+    waiter.release?.();
     this.waiters.delete(waiter);
     waiter.resolve(reached);
   }

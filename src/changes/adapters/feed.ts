@@ -4,7 +4,10 @@ import { pageOf, type ChangePage, type ChangeQuery } from '../feed.js';
 import { readChanges } from './table.js';
 
 /** How far the projection has got, and a wait for it to move (src/projections/progress.ts). */
-export type FeedProgress = { readonly current: GlobalPosition; waitPast(position: GlobalPosition, timeoutMs: number): Promise<boolean> };
+export type FeedProgress = {
+  readonly current: GlobalPosition;
+  waitPast(position: GlobalPosition, timeoutMs: number, signal?: AbortSignal): Promise<boolean>;
+};
 
 /**
  * `list_changes` (contract §14). With `waitMs` and nothing after the cursor, it waits for the
@@ -20,12 +23,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
       const rows = await readChanges(pool, query);
       const remaining = deadline - performance.now();
       if (rows.length > 0 || remaining <= 0 || signal?.aborted) return pageOf(rows, query);
-      await Promise.race([progress.waitPast(seen, remaining), abortion(signal)]);
+      await progress.waitPast(seen, remaining, signal);
     }
   };
-}
-
-/** Settles when `signal` aborts; never without one. */
-function abortion(signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => signal?.addEventListener('abort', () => resolve(), { once: true }));
 }

@@ -99,7 +99,7 @@ export class WebhookDispatcher {
         this.logger.warn({ err: (error as Error).message }, 'webhook round failed; retrying');
       }
       if (!busy && !signal.aborted) {
-        await Promise.race([this.progress.waitPast(seen, this.pollMs), aborted(signal)]);
+        await this.progress.waitPast(seen, this.pollMs, signal);
       }
     }
   }
@@ -237,8 +237,4 @@ export class WebhookDispatcher {
     if (rowCount === 0)
       this.logger.warn({ webhook: delivery.webhook_id }, 'a webhook attempt outlived its lease; its outcome was not recorded');
   }
-}
-
-function aborted(signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
 }

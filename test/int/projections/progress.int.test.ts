@@ -1,6 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { getEventListeners } from 'node:events';
 import { RecordWriter, seededRandom } from '../../support/generate.js';
 import { startStack, type Stack } from '../../support/stack.js';
+import { createChangeFeed } from '../../../src/changes/adapters/feed.js';
+import { changeTypes } from '../../../src/changes/feed.js';
 
 /**
  * The rate the projection moves at, as this instance sees it, decides whether a command may give
@@ -32,5 +35,42 @@ describe('a command behind a small lag', () => {
     expect(stack.progress.outOfReach(position, 100)).toBe(false);
     expect(stack.progress.stalled).toBe(false);
     expect(await stack.progress.waitFor(position, 5000)).toBe(true);
+  });
+});
+
+/**
+ * The webhook dispatcher and every open change stream wait for news over and over on one signal
+ * that lives as long as they do: each wait must take its listener with it, or a quiet service
+ * gathers one per wait (found as Node's MaxListenersExceededWarning in a long catch-up).
+ */
+describe('long polls on a long-lived signal', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.close());
+
+  it('leave no listener on the signal once each is over, however it ended', async () => {
+    const stream = new AbortController();
+    const listeners = () => getEventListeners(stream.signal, 'abort').length;
+    const feed = createChangeFeed(stack.pool, stack.progress);
+    const query = { organizations: ['org_news'], workspaceId: undefined, types: [...changeTypes], limit: 100 };
+    for (let poll = 0; poll < 20; poll++) {
+      expect((await feed({ ...query, after: stack.progress.current }, 5, stream.signal)).items).toEqual([]);
+    }
+    expect(listeners()).toBe(0);
+
+    stack.runner().start();
+    const writer = new RecordWriter('news', 'org_news', seededRandom(6));
+    const polling = feed({ ...query, after: stack.progress.current }, 10_000, stream.signal);
+    const next = writer.next();
+    await stack.store.append(next.streamName, next.expectedVersion, next.events);
+    expect((await polling).items).toHaveLength(1);
+    expect(listeners()).toBe(0);
+
+    const aborted = feed({ ...query, after: stack.progress.current }, 10_000, stream.signal);
+    stream.abort();
+    expect((await aborted).items).toEqual([]);
+    expect(listeners()).toBe(0);
   });
 });
