@@ -82,6 +82,17 @@ describe('hot records: long histories and concurrent writers of one record', () 
     try {
       // The appends took one every 100 versions.
       expect(await snapshotsOf()).toEqual([100, 200]);
+      // And brought the command index up to the stream's end then, though no command was keyed: a keyed one reads only the events since.
+      const indexedThrough = async () =>
+        Number(
+          (
+            await database.query<{ through: string }>(
+              'SELECT indexed_through::text AS through FROM record_command_marks WHERE stream_name = $1',
+              [workspaceStream(id)],
+            )
+          ).rows[0]?.through ?? 0,
+        );
+      await expect.poll(indexedThrough).toBeGreaterThanOrEqual(200);
       const withSnapshots = await answers();
 
       await database.query('DELETE FROM record_snapshots WHERE stream_name = $1', [workspaceStream(id)]);
