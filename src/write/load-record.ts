@@ -58,9 +58,9 @@ async function foldFrom<State, Event extends DomainEvent>(
   let version = start?.head.version ?? 0n;
   // The last of the service's events read (a snapshot's own event first): its hash is the next append's `previous_hash`.
   let lastOwn: LoggedEvent | undefined;
-  const head = async (): Promise<StreamHead> =>
-    headAfter(emptyStreamHead, lastOwn ? [lastOwn] : [], version) ?? {
-      version,
+  const head = async (at = version): Promise<StreamHead> =>
+    headAfter(emptyStreamHead, lastOwn ? [lastOwn] : [], at) ?? {
+      version: at,
       hash: chainHead((await readRecord(store, streamName)).events.map((logged) => logged.stored)),
     };
   const made: RecordSnapshot[] = [];
@@ -76,7 +76,8 @@ async function foldFrom<State, Event extends DomainEvent>(
       const pastTheBound = (until !== undefined && occurredAt > until) || (through !== undefined && logged.version > through);
       if (logged.version > version && pastTheBound) {
         keep();
-        return { state, head: await head() };
+        // Stopped inside the page: the head is the last event folded's, not the page's end.
+        return { state, head: await head(lastOwn?.version ?? version) };
       }
       lastOwn = logged;
       if (logged.version <= version) continue;
