@@ -9,6 +9,8 @@ const perEventStore = [
   'test/e2e/**/*.e2e.test.ts',
   'test/int/projections/projector-failures.int.test.ts',
   'test/int/projections/catch-up-cache.int.test.ts',
+  'test/int/write/group-commit.int.test.ts',
+  'test/int/write/load-record.int.test.ts',
 ];
 
 /** A real EventStoreDB is used when EVENTSTORE_URL names one or a Docker engine may start one (checked again in its setup). */

@@ -2,7 +2,7 @@
  * npm run projections:verify
  *
  * Folds every stream with the write side's evolve and compares the result with the read tables,
- * records and counts, and every record snapshot with its stream (src/projections/verify.ts). Prints each difference and exits 1 on any;
+ * records and counts, and every record snapshot and the command index with its stream (src/projections/verify.ts). Prints each difference and exits 1 on any;
  * prints "no differences (N workspaces, M solutions)" and exits 0 otherwise.
  *
  * The read tables are read in one snapshot together with their checkpoint, and the log is folded
@@ -15,7 +15,14 @@ import { inReadOnlySnapshot, oneAtATime } from '../infra/postgres.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import { skippedPositions } from '../projections/dead-letters.js';
 import { readCheckpoint } from '../projections/tables.js';
-import { actualReadModel, compareReadModels, expectedReadModel, verifySnapshots, type ReadModelSnapshot } from '../projections/verify.js';
+import {
+  actualReadModel,
+  compareReadModels,
+  expectedReadModel,
+  verifyCommandIndex,
+  verifySnapshots,
+  type ReadModelSnapshot,
+} from '../projections/verify.js';
 import { commandLine } from './arguments.js';
 
 commandLine(
@@ -23,7 +30,7 @@ commandLine(
   `usage: npm run projections:verify
 
 Folds every stream of the event log and compares the result with the read tables (records and
-counts), at the tables' own checkpoint, and each record snapshot with its stream. Prints each difference and exits 1 on any; prints
+counts), at the tables' own checkpoint, and each record snapshot and the command index with its stream. Prints each difference and exits 1 on any; prints
 "no differences" and exits 0 otherwise. Uses the service's settings (DATABASE_URL or DATA_DIR,
 EVENTSTORE_URL).
 
@@ -51,7 +58,8 @@ try {
   const { checkpoint, actual } = await readTablesAtCheckpoint(connection.pool);
   const expected = await expectedReadModel(connection.store, checkpoint, await skippedPositions(connection.pool));
   const snapshots = await verifySnapshots(connection.store, connection.pool);
-  const differences = [...compareReadModels(expected, actual), ...snapshots.differences];
+  const commandIndex = await verifyCommandIndex(connection.store, connection.pool);
+  const differences = [...compareReadModels(expected, actual), ...snapshots.differences, ...commandIndex.differences];
   const next = await readPage(connection.store, checkpoint, 1);
   const behind = next.end !== undefined || next.unreadable !== undefined;
   if (behind) {
@@ -64,6 +72,7 @@ try {
   } else {
     process.stdout.write(`no differences (${expected.workspaces.size} workspaces, ${expected.solutions.size} solutions)\n`);
     if (snapshots.checked > 0) process.stdout.write(`${snapshots.checked} snapshot(s) agree with the log\n`);
+    if (commandIndex.checked > 0) process.stdout.write(`the command index of ${commandIndex.checked} stream(s) agrees with the log\n`);
   }
 } catch (error) {
   process.stderr.write(`verify failed: ${error instanceof Error ? error.message : String(error)}\n`);

@@ -2,6 +2,8 @@ import { createHash } from 'node:crypto';
 import { readRecord, walkLog, type SkippedEvents } from '../eventstore/event-log.js';
 import { streamPrefixes } from '../eventstore/stream-names.js';
 import { readSnapshotRow, snapshotColumns, type SnapshotRow } from '../write/snapshots.js';
+import { commandEntries, indexedEvents, type CommandSpan } from '../write/command-index.js';
+import { storedHashes } from '../integrity/hashes.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
 import { isSolutionEvent, isWorkspaceEvent, type Envelope, type SolutionEvent, type WorkspaceEvent } from '../domain/events.js';
@@ -205,6 +207,76 @@ export async function verifySnapshots(store: EventStore, pool: Pool): Promise<{ 
     }
   }
   return { differences, checked };
+}
+
+/**
+ * The command index (src/write/command-index.ts) compared with the log, one line per difference:
+ * a mark whose event or head hash is not the stream's (void: the service reads the stream whole
+ * and makes the index again), an entry missing up to the mark, one the log does not bear out, or
+ * one of a stream without a mark. Marks and entries are read in one statement; the streams only
+ * grow after it, so what lies up to a mark is what it was read with.
+ */
+export async function verifyCommandIndex(store: EventStore, pool: Pool): Promise<{ differences: string[]; checked: number }> {
+  const { rows } = await pool.query<{
+    stream_name: string;
+    through: string | null;
+    event_id: string | null;
+    head_hash: string | null;
+    command_id: string | null;
+    first_version: string | null;
+    last_version: string | null;
+  }>(
+    `SELECT coalesce(m.stream_name, c.stream_name) AS stream_name, m.indexed_through::text AS through, m.event_id_at_mark AS event_id,
+            m.head_hash, c.command_id, c.first_version::text AS first_version, c.last_version::text AS last_version
+     FROM record_command_marks m FULL JOIN record_commands c ON c.stream_name = m.stream_name
+     ORDER BY 1, c.command_id`,
+  );
+  const streams = new Map<string, { through: bigint; eventId: string; headHash: string | null } | undefined>();
+  const indexed = new Map<string, Map<string, CommandSpan>>();
+  for (const row of rows) {
+    streams.set(
+      row.stream_name,
+      row.through === null ? undefined : { through: BigInt(row.through), eventId: row.event_id!, headHash: row.head_hash },
+    );
+    if (row.command_id === null) continue;
+    const entries = indexed.get(row.stream_name) ?? new Map<string, CommandSpan>();
+    entries.set(row.command_id, { first: BigInt(row.first_version!), last: BigInt(row.last_version!) });
+    indexed.set(row.stream_name, entries);
+  }
+  const differences: string[] = [];
+  for (const [streamName, mark] of streams) {
+    const where = `command index ${streamName}`;
+    const entries = indexed.get(streamName) ?? new Map<string, CommandSpan>();
+    if (!mark) {
+      differences.push(`${where}: ${entries.size} entr(ies) without a mark`);
+      continue;
+    }
+    const [atMark] = await store.readStream(streamName, { from: mark.through, limit: 1 });
+    if (atMark?.version !== mark.through || atMark.id !== mark.eventId) {
+      differences.push(`${where}: void mark, the stream has no event ${mark.eventId} at version ${mark.through}`);
+      continue;
+    }
+    if (mark.headHash !== null && storedHashes(atMark.metadata)?.hash !== mark.headHash) {
+      differences.push(`${where}: the mark's head hash is not the hash of the event at version ${mark.through}`);
+    }
+    const { events: own } = await readRecord(store, streamName);
+    const expected = new Map(
+      commandEntries(indexedEvents(own.filter((logged) => logged.version <= mark.through))).map((entry) => [entry.commandId, entry.span]),
+    );
+    const spanText = (span: CommandSpan) => `versions ${span.first}-${span.last}`;
+    for (const [commandId, span] of expected) {
+      const found = entries.get(commandId);
+      if (!found) differences.push(`${where}: command ${commandId} at ${spanText(span)} is missing`);
+      else if (found.first !== span.first || found.last !== span.last) {
+        differences.push(`${where}: command ${commandId} is at ${spanText(span)}, the index says ${spanText(found)}`);
+      }
+    }
+    for (const [commandId, span] of entries) {
+      if (!expected.has(commandId))
+        differences.push(`${where}: command ${commandId} at ${spanText(span)} is not in the log up to the mark`);
+    }
+  }
+  return { differences, checked: streams.size };
 }
 
 /** Every difference between two snapshots, one line each; empty when they agree. */

@@ -32,6 +32,7 @@ import { CascadeWorker } from '../write/cascade.js';
 import type { CommandObserver } from '../write/execute.js';
 import { CommandHandlers } from '../write/handlers.js';
 import { PostgresSnapshots } from '../write/snapshots.js';
+import { PostgresCommandIndex } from '../write/command-index.js';
 import { loadSigningKey } from '../integrity/adapters/signing-key.js';
 import { registerSigningKey } from '../integrity/adapters/tables.js';
 import { auditKeys, consistencyProof, getCheckpoint, recordProof } from '../integrity/adapters/proofs.js';
@@ -155,6 +156,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       observer,
       recordQueueLimit: config.recordQueueLimit,
       snapshots,
+      commandIndex: new PostgresCommandIndex(pool, logger),
     });
 
     const queries: Queries = {

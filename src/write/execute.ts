@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { ServiceError, unavailable } from '../errors.js';
-import { readRecord, readRecordRange, type LoggedEvent } from '../eventstore/event-log.js';
+import { readRecordRange, type LoggedEvent } from '../eventstore/event-log.js';
 import {
   emptyStreamHead,
   EventStoreRefused,
@@ -8,10 +8,12 @@ import {
   type EventStore,
   type GlobalPosition,
   type NewEvent,
+  type StreamHead,
 } from '../eventstore/port.js';
 import type { Decider } from '../domain/deciders.js';
 import type { DomainEvent, Envelope } from '../domain/events.js';
-import { chainHead, hashAppended } from '../integrity/hashes.js';
+import { chainHead, hashAppended, storedHashes } from '../integrity/hashes.js';
+import { commandEntries, indexedEvents, type CommandIndex, type CommandIndexMark, type CommandSpan } from './command-index.js';
 import type { RecentStates } from './recent-states.js';
 import { headAfter, loadRecord, type Loaded } from './load-record.js';
 import { snapshotInterval, type SnapshotStore } from './snapshots.js';
@@ -53,6 +55,8 @@ export type ExecuteOptions = {
   recent?: RecentStates | undefined;
   /** Where snapshots are kept: read when the state is not in memory, and one taken whenever an append passes a multiple of the interval. */
   snapshots?: SnapshotStore | undefined;
+  /** Where keyed commands' events are indexed: a keyed command looks itself up there instead of reading the whole stream. */
+  commandIndex?: CommandIndex | undefined;
 };
 
 /** One command of a group: decided in its turn, settled once the group's append has answered. */
@@ -129,6 +133,166 @@ async function answerExecuted<Command, State, Event extends DomainEvent>(
   return remaining;
 }
 
+type Jobs<Command, State, Event extends DomainEvent> = CommandJob<Command, State, Event>[];
+
+/**
+ * Answers the keyed jobs that already ran, and returns the others with the record's state and head
+ * when it read them. Looks their ids up in the command index and reads only the events after its
+ * mark, which the index then moves over: the cost of what was appended since the last keyed command
+ * or snapshot, not of the record's age. The state is had before those events are read, so they
+ * cover every event it holds; a conflict later reads those after it. Without a usable index (none,
+ * unreadable, a void mark, an entry its events do not bear out) the stream is read whole, and the
+ * index is made again from it.
+ */
+async function settleExecuted<Command, State, Event extends DomainEvent>(
+  store: EventStore,
+  streamName: string,
+  jobs: Jobs<Command, State, Event>,
+  options: ExecuteOptions,
+): Promise<{ pending: Jobs<Command, State, Event>; known: Loaded<State> | undefined }> {
+  const { commandIndex, observer, recent, snapshots } = options;
+  const { decider } = jobs[0]!;
+  const commandIds = jobs.flatMap((job) => (job.request.commandId === undefined ? [] : [job.request.commandId]));
+  const lookup = await commandIndex?.lookup(streamName, commandIds);
+  if (!commandIndex || !lookup) return settleFromWholeStream(store, streamName, jobs, options, undefined);
+  const known = recent?.get<State>(streamName) ?? (await timed(observer, 'read', () => loadState(store, streamName, decider, snapshots)));
+  const tail = await timed(observer, 'read', () => readAfterMark(store, streamName, lookup.mark));
+  if (!tail || (tail.read.at(-1)?.version ?? 0n) < known.head.version) {
+    return settleFromWholeStream(store, streamName, jobs, options, lookup.mark ?? 'none');
+  }
+  const inTail = new Map(commandEntries(indexedEvents(tail.events)).map((entry) => [entry.commandId, entry.span]));
+  moveMarkOver(commandIndex, streamName, lookup.mark, tail);
+  const pending: Jobs<Command, State, Event> = [];
+  for (const [index, job] of jobs.entries()) {
+    const commandId = job.request.commandId;
+    const span = commandId === undefined ? undefined : (lookup.found.get(commandId) ?? inTail.get(commandId));
+    if (!span) pending.push(job);
+    else if (!(await answerFromSpan(store, streamName, job, commandId!, span, snapshots))) {
+      // An entry its events do not bear out: the index is not to be believed for this stream.
+      return settleFromWholeStream(store, streamName, [...pending, ...jobs.slice(index)], options, lookup.mark ?? 'none');
+    }
+  }
+  return { pending, known };
+}
+
+/** The stream's events from the mark's own (to see it is still there) to its end; undefined when the mark is void. */
+async function readAfterMark(store: EventStore, streamName: string, mark: CommandIndexMark | undefined) {
+  const tail = await readRecordRange(store, streamName, { from: mark?.through ?? 1n });
+  return mark && tail.read[0]?.id !== mark.eventId ? undefined : tail;
+}
+
+/** Moves the stream's index over `read` (oldest first), from the mark it was read from. */
+function moveMarkOver(
+  commandIndex: CommandIndex,
+  streamName: string,
+  expected: CommandIndexMark | undefined,
+  { read, events }: { read: { id: string; version: bigint }[]; events: LoggedEvent[] },
+  replace = false,
+): void {
+  const last = read.at(-1);
+  if (!last || (expected && last.version === expected.through && !replace)) return;
+  const lastOwn = events.at(-1);
+  const headHash = lastOwn?.version === last.version ? storedHashes(lastOwn.stored.metadata)?.hash : undefined;
+  void commandIndex.advance(streamName, {
+    expected,
+    entries: commandEntries(indexedEvents(events)),
+    mark: { through: last.version, eventId: last.id, headHash },
+    replace,
+  });
+}
+
+/**
+ * Answers `job` from the events `span` names, once they bear it out: each of them carries the
+ * command's id, and the events either side do not. The state before them is the latest snapshot
+ * at or before and the events after it. False when the events do not bear the span out.
+ */
+async function answerFromSpan<Command, State, Event extends DomainEvent>(
+  store: EventStore,
+  streamName: string,
+  job: CommandJob<Command, State, Event>,
+  commandId: string,
+  span: CommandSpan,
+  snapshots: SnapshotStore | undefined,
+): Promise<boolean> {
+  if (span.first < 1n || span.last < span.first) return false;
+  const from = span.first > 1n ? span.first - 1n : 1n;
+  const { events } = await readRecordRange(store, streamName, { from, limit: Number(span.last - from) + 2 });
+  const carries = (logged: LoggedEvent) => logged.event.metadata.command_id === commandId;
+  const spanned = events.filter((logged) => logged.version >= span.first && logged.version <= span.last);
+  const beside = events.filter((logged) => logged.version === span.first - 1n || logged.version === span.last + 1n);
+  if (BigInt(spanned.length) !== span.last - span.first + 1n || !spanned.every(carries) || beside.some(carries)) return false;
+  const before =
+    span.first === 1n
+      ? job.decider.initialState
+      : (await loadRecord(store, streamName, job.decider, { snapshots, through: span.first - 1n })).state;
+  await answerExecuted([job], spanned, before);
+  return true;
+}
+
+/**
+ * Answers the keyed jobs that already ran from the whole stream, read from its first event, and
+ * makes the command index again from it (moving it from `mark` as looked up, 'none' for none;
+ * undefined: the index could not be read, and is left alone).
+ */
+async function settleFromWholeStream<Command, State, Event extends DomainEvent>(
+  store: EventStore,
+  streamName: string,
+  jobs: Jobs<Command, State, Event>,
+  { commandIndex, observer }: ExecuteOptions,
+  mark: CommandIndexMark | 'none' | undefined,
+): Promise<{ pending: Jobs<Command, State, Event>; known: Loaded<State> }> {
+  const { decider } = jobs[0]!;
+  const record = await timed(observer, 'read', () => readRecordRange(store, streamName, {}));
+  const pending = await answerExecuted(jobs, record.events, decider.initialState);
+  if (commandIndex && mark !== undefined) moveMarkOver(commandIndex, streamName, mark === 'none' ? undefined : mark, record, true);
+  const own = record.events;
+  return {
+    pending,
+    known: {
+      state: fold(
+        decider,
+        own.map((logged) => logged.event),
+      ),
+      // The stream's own count: events another program wrote into it are not among the record's.
+      head: { version: record.read.at(-1)?.version ?? 0n, hash: chainHead(own.map((logged) => logged.stored)) },
+    },
+  };
+}
+
+/**
+ * After an append: a group with keyed commands moves the index over its own events unread, from the
+ * head the append expected; an append that passes a snapshot interval brings the index up to the
+ * stream's end by reading what came after its mark, so that the events a keyed command reads stay
+ * few however few commands are keyed.
+ */
+function indexAppended(
+  store: EventStore,
+  streamName: string,
+  commandIndex: CommandIndex,
+  appended: { before: StreamHead; after: StreamHead; events: NewEvent[]; commandIds: (string | undefined)[]; passedSnapshot: boolean },
+): void {
+  const { before, after, events, commandIds, passedSnapshot } = appended;
+  if (commandIds.some((commandId) => commandId !== undefined)) {
+    void commandIndex.advance(streamName, {
+      expected: before.version === 0n ? undefined : { through: before.version, headHash: before.hash },
+      entries: commandEntries(commandIds.map((commandId, index) => ({ version: before.version + BigInt(index + 1), commandId }))),
+      mark: { through: after.version, eventId: events.at(-1)!.id, headHash: after.hash },
+    });
+  } else if (passedSnapshot) void indexTail(store, streamName, commandIndex);
+}
+
+/** Brings the stream's index up to its end from its mark; a void mark is left to the next keyed command, which reads the stream whole. */
+async function indexTail(store: EventStore, streamName: string, commandIndex: CommandIndex): Promise<void> {
+  const lookup = await commandIndex.lookup(streamName, []);
+  if (!lookup) return;
+  try {
+    const tail = await readAfterMark(store, streamName, lookup.mark);
+    if (tail) moveMarkOver(commandIndex, streamName, lookup.mark, tail);
+  } catch {
+    // Only derived data waits on this read: the next keyed command reads what it did not.
+  }
+}
+
 type Decision<State> = { state: State } | { error: unknown };
 
 /**
@@ -148,13 +312,21 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
   known: Loaded<State>,
   streamName: string,
   observer: CommandObserver | undefined,
-): Promise<{ decisions: Decision<State>[]; events: NewEvent[]; state: State; hash: string; occurredAt: Timestamp | undefined }> {
+): Promise<{
+  decisions: Decision<State>[];
+  events: NewEvent[];
+  commandIds: (string | undefined)[];
+  state: State;
+  hash: string;
+  occurredAt: Timestamp | undefined;
+}> {
   let state = known.state;
   // Each event's hash covers the one before it (contract §16), from the stream's last.
   let hash = known.head.hash;
   let occurredAt: Timestamp | undefined;
   let size = 0;
   const events: NewEvent[] = [];
+  const commandIds: (string | undefined)[] = [];
   const decisions: Decision<State>[] = [];
   for (const job of jobs) {
     if (size > groupAppendBudget) break;
@@ -178,6 +350,7 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
         size += JSON.stringify(event.data).length;
         const id = eventId(job.request.commandId ?? job.request.requestId, streamName, version, index, event);
         events.push({ id, type: event.type, data: event.data, metadata: { ...event.metadata, ...hashes[index] } });
+        commandIds.push(event.metadata.command_id);
         occurredAt = event.metadata.occurred_at;
       }
       hash = hashes.at(-1)?.hash ?? hash;
@@ -187,7 +360,7 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
       decisions.push({ error });
     }
   }
-  return { decisions, events, state, hash, occurredAt };
+  return { decisions, events, commandIds, state, hash, occurredAt };
 }
 
 /**
@@ -199,8 +372,8 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
  * record never lose each other's changes.
  *
  * Keyed jobs may already have run (the answer lost, the instance killed, the kept answer gone):
- * the command's events carry the keyed request's id, so a keyed job looks for them in the stream
- * first, which reads it whole.
+ * the command's events carry the keyed request's id, so a keyed job looks for them first, in the
+ * command index and the events after its mark (settleExecuted).
  * An append is atomic, so a crash leaves each command done once or not at all.
  */
 export async function runGroup<Command, State, Event extends DomainEvent>(
@@ -209,28 +382,19 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
   jobs: CommandJob<Command, State, Event>[],
   options: ExecuteOptions = {},
 ): Promise<void> {
-  const { observer, recent, snapshots } = options;
+  const { observer, recent, snapshots, commandIndex } = options;
   const { decider } = jobs[0]!;
   let pending = jobs;
   let known: Loaded<State> | undefined;
   if (pending.some((job) => job.request.commandId !== undefined)) {
-    const record = await timed(observer, 'read', () => readRecord(store, streamName));
-    pending = await answerExecuted(pending, record.events, decider.initialState);
-    // The stream's own count: events another program wrote into it are not among the record's.
-    known = {
-      state: fold(
-        decider,
-        record.events.map((logged) => logged.event),
-      ),
-      head: { version: record.version, hash: chainHead(record.events.map((logged) => logged.stored)) },
-    };
+    ({ pending, known } = await settleExecuted(store, streamName, pending, options));
   } else if (pending.every((job) => job.newStream)) known = fresh(decider);
   else known = recent?.get<State>(streamName);
 
   let attempt = 1;
   while (pending.length > 0) {
     const current = known ?? (await timed(observer, 'read', () => loadState(store, streamName, decider, snapshots)));
-    const { decisions, events, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, observer);
+    const { decisions, events, commandIds, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, observer);
     const settle = (position: GlobalPosition | undefined) => {
       decisions.forEach((decision, index) =>
         'error' in decision ? pending[index]!.fail(decision.error) : pending[index]!.resolve({ state: decision.state, position }),
@@ -246,9 +410,12 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
       const { position } = await timed(observer, 'append', () => store.append(streamName, current.head.version, events));
       known = { state, head: { version: current.head.version + BigInt(events.length), hash } };
       recent?.set(streamName, known.head, state);
-      if (snapshots && known.head.version / snapshotInterval > current.head.version / snapshotInterval) {
+      const passedSnapshot = known.head.version / snapshotInterval > current.head.version / snapshotInterval;
+      if (snapshots && passedSnapshot) {
         void snapshots.save([{ streamName, head: known.head, eventId: events.at(-1)!.id, occurredAt: occurredAt!, state }]);
       }
+      if (commandIndex)
+        indexAppended(store, streamName, commandIndex, { before: current.head, after: known.head, events, commandIds, passedSnapshot });
       // A job that changed nothing still answers after the group's events: its state shows them.
       settle(position);
       attempt = 1;

@@ -11,6 +11,7 @@ import type { DomainEvent } from '../domain/events.js';
 import { loadState, runGroup, timed, type CommandJob, type CommandObserver, type Outcome } from './execute.js';
 import { RecordQueueFull, RecordQueues } from './record-queue.js';
 import type { SnapshotStore } from './snapshots.js';
+import type { CommandIndex } from './command-index.js';
 import type { JsonObject } from '../domain/merge-patch.js';
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
@@ -50,6 +51,8 @@ export type CommandHandlerDeps = {
   recordQueueLimit: number;
   /** Where records' snapshots are kept; without, a record not in memory is read from its first event. */
   snapshots?: SnapshotStore;
+  /** Where keyed commands' events are indexed; without, a keyed command reads its record's whole stream. */
+  commandIndex?: CommandIndex;
 };
 
 type QueuedJob = CommandJob<unknown, unknown, DomainEvent>;
@@ -115,7 +118,12 @@ export class CommandHandlers {
       limit: deps.recordQueueLimit,
       maxGroup: maxCommandsPerGroup,
       runGroup: (streamName, jobs) =>
-        runGroup(deps.store, streamName, jobs, { observer: deps.observer, recent: this.recent, snapshots: deps.snapshots }),
+        runGroup(deps.store, streamName, jobs, {
+          observer: deps.observer,
+          recent: this.recent,
+          snapshots: deps.snapshots,
+          commandIndex: deps.commandIndex,
+        }),
     });
   }
 

@@ -14,6 +14,8 @@ export type LoadOptions = {
   snapshots?: SnapshotStore | undefined;
   /** The state as it was at this instant (`as_of`): events that occurred after it are not folded. */
   until?: Timestamp | undefined;
+  /** The state as it was at this version: later events are not folded. */
+  through?: bigint | undefined;
 };
 
 /**
@@ -39,7 +41,7 @@ export async function loadRecord<State, Event extends DomainEvent>(
   decider: Evolving<State, Event>,
   options: LoadOptions = {},
 ): Promise<Loaded<State>> {
-  const snapshot = await options.snapshots?.latest(streamName, options.until);
+  const snapshot = await options.snapshots?.latest(streamName, options.until, options.through);
   const fromSnapshot = snapshot && (await foldFrom(store, streamName, decider, options, snapshot));
   return fromSnapshot ?? (await foldFrom(store, streamName, decider, options, undefined))!;
 }
@@ -49,16 +51,16 @@ async function foldFrom<State, Event extends DomainEvent>(
   store: EventStore,
   streamName: string,
   decider: Evolving<State, Event>,
-  { snapshots, until }: LoadOptions,
+  { snapshots, until, through }: LoadOptions,
   start: RecordSnapshot | undefined,
 ): Promise<Loaded<State> | undefined> {
   let state = start ? (start.state as State) : decider.initialState;
   let version = start?.head.version ?? 0n;
   // The last of the service's events read (a snapshot's own event first): its hash is the next append's `previous_hash`.
   let lastOwn: LoggedEvent | undefined;
-  const head = async (): Promise<StreamHead> =>
-    headAfter(emptyStreamHead, lastOwn ? [lastOwn] : [], version) ?? {
-      version,
+  const head = async (at = version): Promise<StreamHead> =>
+    headAfter(emptyStreamHead, lastOwn ? [lastOwn] : [], at) ?? {
+      version: at,
       hash: chainHead((await readRecord(store, streamName)).events.map((logged) => logged.stored)),
     };
   const made: RecordSnapshot[] = [];
@@ -71,9 +73,11 @@ async function foldFrom<State, Event extends DomainEvent>(
     if (start && from === start.head.version && page.read[0]?.id !== start.eventId) return undefined;
     for (const logged of page.events) {
       const occurredAt = logged.event.metadata.occurred_at;
-      if (logged.version > version && until !== undefined && occurredAt > until) {
+      const pastTheBound = (until !== undefined && occurredAt > until) || (through !== undefined && logged.version > through);
+      if (logged.version > version && pastTheBound) {
         keep();
-        return { state, head: await head() };
+        // Stopped inside the page: the head is the last event folded's, not the page's end.
+        return { state, head: await head(lastOwn?.version ?? version) };
       }
       lastOwn = logged;
       if (logged.version <= version) continue;
@@ -82,8 +86,8 @@ async function foldFrom<State, Event extends DomainEvent>(
         made.push({ streamName, head: { version: logged.version }, eventId: logged.id, occurredAt, state });
     }
     const last = page.read.at(-1);
-    if (last && last.version > version) version = last.version;
-    if (!last || page.read.length < pageSize) break;
+    if (last && last.version > version) version = through !== undefined && last.version > through ? through : last.version;
+    if (!last || page.read.length < pageSize || version === through) break;
     from = last.version + 1n;
   }
   keep();

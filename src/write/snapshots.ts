@@ -30,8 +30,11 @@ export type RecordSnapshot = {
 };
 
 export interface SnapshotStore {
-  /** The stream's latest intact snapshot, of this format; with `until`, the latest whose event occurred at or before it. */
-  latest(streamName: string, until?: Timestamp): Promise<RecordSnapshot | undefined>;
+  /**
+   * The stream's latest intact snapshot, of this format; with `until`, the latest whose event
+   * occurred at or before it; with `through`, the latest at or before that version.
+   */
+  latest(streamName: string, until?: Timestamp, through?: bigint): Promise<RecordSnapshot | undefined>;
   /** Keeps snapshots, repairing any corrupt one at the same version. Never throws: a snapshot not kept costs time later. */
   save(snapshots: RecordSnapshot[]): Promise<void>;
 }
@@ -98,14 +101,14 @@ export class PostgresSnapshots implements SnapshotStore {
     private readonly logger: Logger,
   ) {}
 
-  async latest(streamName: string, until?: Timestamp): Promise<RecordSnapshot | undefined> {
+  async latest(streamName: string, until?: Timestamp, through?: bigint): Promise<RecordSnapshot | undefined> {
     let rows: SnapshotRow[];
     try {
       ({ rows } = await this.pool.query<SnapshotRow>(
         `SELECT ${snapshotColumns} FROM record_snapshots s
-         WHERE stream_name = $1 AND ($2::text IS NULL OR occurred_at <= $2::text)
+         WHERE stream_name = $1 AND ($2::text IS NULL OR occurred_at <= $2::text) AND ($3::bigint IS NULL OR s.version <= $3::bigint)
          ORDER BY s.version DESC LIMIT ${candidates}`,
-        [streamName, until ?? null],
+        [streamName, until ?? null, through?.toString() ?? null],
       ));
     } catch (error) {
       // Without a snapshot the record is read from its first event: slower, and as correct.

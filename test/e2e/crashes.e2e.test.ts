@@ -4,7 +4,7 @@ import { startOfLog } from '../../src/eventstore/port.js';
 import { workspaceStream } from '../../src/eventstore/stream-names.js';
 import { lockKeys } from '../../src/infra/lock-keys.js';
 import { createTestDatabase } from '../support/database.js';
-import { eventStoreUrlFor, prepareReadDatabase, standInFor, testEventStore } from '../support/event-store.js';
+import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase, standInFor, testEventStore } from '../support/event-store.js';
 import { startServiceProcess } from '../support/service-process.js';
 import { callApi, startTestService, type ApiResponse, type TestService } from '../support/service.js';
 import { eventually, startStack, type Stack } from '../support/stack.js';
@@ -102,6 +102,60 @@ describe('crashes and database faults', () => {
     expect(answeredAfterMs).toBeLessThan(5000);
     expect(await historyTypes(survivor, token, workspace.id)).toEqual(['WorkspaceCreated', 'WorkspaceUpdated']);
     expect(await stack.differences()).toEqual([]);
+  });
+
+  it('a keyed command inside a multi-command group whose instance is killed after the group is appended: its retry answers what it did, done once', async () => {
+    const where = await freshDatabase();
+    const survivor = await serviceOn(where.databaseUrl, { runProjector: false });
+    const stack = await stackOn(where.databaseUrl);
+    const token = await survivor.token([org]);
+    const projecting = stack.runner();
+    projecting.start();
+    const workspace = expectOk(await callApi(survivor, token, 'create_workspace', { organization_id: org, name: 'Grouped' }));
+    await projecting.stop();
+    const stream = workspaceStream(workspace.id);
+
+    const projection = await holdProjection(where.databaseUrl);
+    const doomed = await processOn(where, { PROJECTION_WAIT_MS: '30000' });
+    const database = new pg.Client({ connectionString: where.databaseUrl });
+    await database.connect();
+    cleanups.push(() => database.end());
+    const update = (n: number) => ({ id: workspace.id, name: `grouped ${n}`, attributes: { [`grouped${n}`]: n } });
+    const keyed = (service: { url: string }, n: number) =>
+      callApi(service, token, 'update_workspace', update(n), { 'idempotency-key': `grouped-${n}` });
+    // The first command's group stops at its command-index lookup while the lock is held: the four
+    // others queue behind it (each has claimed its key first), and go together as the next group.
+    await database.query('BEGIN');
+    await database.query('LOCK TABLE record_command_marks IN ACCESS EXCLUSIVE MODE');
+    const lost = [0, 1, 2, 3, 4].map((n) => keyed(doomed, n).catch(() => undefined));
+    await eventually(
+      async () => (await database.query(`SELECT 1 FROM idempotency_keys WHERE key LIKE 'grouped-%'`)).rowCount === 5,
+      20_000,
+    );
+    await sleep(300);
+    await database.query('COMMIT');
+    await eventually(async () => (await stack.store.readStream(stream)).length === 6, 20_000);
+    const appended = await stack.store.readStream(stream);
+    // The last four were appended together: one append, one transaction (in PostgreSQL, where an append's events share it).
+    if (!onEventStoreDB) expect(new Set(appended.slice(2).map((event) => event.position.commit)).size).toBe(1);
+
+    await doomed.signal('SIGKILL');
+    await Promise.all(lost);
+    await projection.release();
+    stack.runner().start();
+    const grouped = appended.slice(2).map((event) => Number((event.data as { name: string }).name.replace('grouped ', '')));
+    const inGroup = grouped[1]!;
+    const answer = expectOk(await retryWhileConflict(() => keyed(survivor, inGroup), 10_000));
+    // As its own event left the record: after the group's commands before it, not after those after it.
+    expect(answer.name).toBe(`grouped ${inGroup}`);
+    expect(Object.keys(answer.attributes).sort()).toEqual(
+      appended
+        .slice(1, 4)
+        .map((event) => `grouped${(event.data as { name: string }).name.replace('grouped ', '')}`)
+        .sort(),
+    );
+    for (const n of [0, 1, 2, 3, 4]) expect((await retryWhileConflict(() => keyed(survivor, n), 10_000)).status).toBe(200);
+    expect(await historyTypes(survivor, token, workspace.id)).toEqual(['WorkspaceCreated', ...Array(5).fill('WorkspaceUpdated')]);
   });
 
   it('a keyed creation whose instance is killed after its append is created once, and the retry answers that record', async () => {

@@ -1,6 +1,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { IdempotencyKeys } from '../../src/api/idempotency.js';
+import { workspaceStream } from '../../src/eventstore/stream-names.js';
+import { runCli } from '../int/cli-run.js';
+import { eventStoreUrlFor, testEventStore } from '../support/event-store.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
+import { startStack, type Stack } from '../support/stack.js';
 import { expectOk } from './helpers.js';
 
 /**
@@ -14,13 +19,16 @@ describe('Idempotency-Key: the events are the evidence of what a keyed command d
   let service: TestService;
   let token: string;
   let database: pg.Pool;
+  let stack: Stack;
 
   beforeAll(async () => {
     service = await startTestService();
     token = await service.token([org]);
     database = new pg.Pool({ connectionString: service.databaseUrl, max: 1 });
+    stack = await startStack(service.databaseUrl);
   });
   afterAll(async () => {
+    await stack?.close();
     await database?.end();
     await service?.close();
   });
@@ -94,5 +102,113 @@ describe('Idempotency-Key: the events are the evidence of what a keyed command d
     expect(retry.status).toBe(404);
     expect(JSON.stringify(retry.body)).not.toContain('Secret name');
     expect(await history('workspace', workspace.id)).toEqual(['WorkspaceCreated', 'WorkspaceUpdated']);
+  });
+
+  describe('found through the command index (src/write/command-index.ts), which a keyed command reads instead of the whole stream', () => {
+    const update = (name: string) => ({ id: workspaceId, name, attributes: { by: name } });
+    let workspaceId: string;
+    let first: unknown;
+    const stream = () => workspaceStream(workspaceId);
+    const commandIdOf = (key: string, params: unknown) =>
+      IdempotencyKeys.commandId('user-1', key, IdempotencyKeys.hash('update_workspace', params));
+    const indexed = async () =>
+      (
+        await database.query<{ command_id: string; first_version: string; last_version: string }>(
+          'SELECT command_id, first_version::text, last_version::text FROM record_commands WHERE stream_name = $1 ORDER BY first_version',
+          [stream()],
+        )
+      ).rows;
+    const mark = async () =>
+      (
+        await database.query<{ through: string; event_id: string }>(
+          'SELECT indexed_through::text AS through, event_id_at_mark AS event_id FROM record_command_marks WHERE stream_name = $1',
+          [stream()],
+        )
+      ).rows[0];
+    const eventIdAt = async (version: number) => (await stack.store.readStream(stream(), { from: BigInt(version), limit: 1 }))[0]!.id;
+    /** The keyed update `ix-first` is retried without its kept answer: it answers what it did, and is in the history once. */
+    const retryAnswersTheFirst = async () => {
+      await forgetStoredAnswer('ix-first');
+      expect(expectOk(await keyed('ix-first', 'update_workspace', update('first')))).toEqual(first);
+      expect(await history('workspace', workspaceId)).toEqual(['WorkspaceCreated', ...Array(4).fill('WorkspaceUpdated')]);
+    };
+
+    beforeAll(async () => {
+      workspaceId = (await plain('create_workspace', { organization_id: org, name: 'Indexed' })).id;
+      first = expectOk(await keyed('ix-first', 'update_workspace', update('first')));
+      for (const name of ['second', 'third', 'fourth']) await plain('update_workspace', update(name));
+    });
+
+    it('the keyed update is indexed at its version, and its retry answers from there', async () => {
+      await expect.poll(indexed).toEqual([{ command_id: commandIdOf('ix-first', update('first')), first_version: '2', last_version: '2' }]);
+      expect((await mark())?.through).toBe('2');
+      await retryAnswersTheFirst();
+      // The retry read the events after the mark, and moved it over them.
+      await expect.poll(async () => (await mark())?.through).toBe('5');
+    });
+
+    it('without the index, the retry reads the stream whole and answers alike, and the index is made again', async () => {
+      await database.query('DELETE FROM record_commands WHERE stream_name = $1', [stream()]);
+      await database.query('DELETE FROM record_command_marks WHERE stream_name = $1', [stream()]);
+      await retryAnswersTheFirst();
+      await expect.poll(indexed).toEqual([{ command_id: commandIdOf('ix-first', update('first')), first_version: '2', last_version: '2' }]);
+      expect(await mark()).toEqual({ through: '5', event_id: await eventIdAt(5) });
+    });
+
+    it('with a void mark (its event not the stream’s at its version), the retry answers alike and the mark is made again', async () => {
+      await database.query(`UPDATE record_command_marks SET event_id_at_mark = 'not-this-stream' WHERE stream_name = $1`, [stream()]);
+      await retryAnswersTheFirst();
+      await expect.poll(mark).toEqual({ through: '5', event_id: await eventIdAt(5) });
+    });
+
+    it('with its events after the mark, the retry finds them there', async () => {
+      await database.query('DELETE FROM record_commands WHERE stream_name = $1', [stream()]);
+      await database.query(
+        'UPDATE record_command_marks SET indexed_through = 1, event_id_at_mark = $2, head_hash = NULL WHERE stream_name = $1',
+        [stream(), await eventIdAt(1)],
+      );
+      await retryAnswersTheFirst();
+      await expect.poll(indexed).toEqual([{ command_id: commandIdOf('ix-first', update('first')), first_version: '2', last_version: '2' }]);
+    });
+
+    it('an entry its events do not bear out is not believed: a forged one neither answers for a command that never ran nor misplaces one that did', async () => {
+      const never = update('never ran');
+      await database.query(
+        `INSERT INTO record_commands (stream_name, command_id, first_version, last_version) VALUES ($1, $2, 3, 3), ($1, $3, 4, 4)
+         ON CONFLICT (stream_name, command_id) DO UPDATE SET first_version = excluded.first_version, last_version = excluded.last_version`,
+        [stream(), commandIdOf('ix-never', never), commandIdOf('ix-first', update('first'))],
+      );
+      await retryAnswersTheFirst();
+      const done = expectOk(await keyed('ix-never', 'update_workspace', never));
+      expect(done).toMatchObject({ name: 'never ran', attributes: { by: 'never ran' } });
+      expect(await history('workspace', workspaceId)).toEqual(['WorkspaceCreated', ...Array(5).fill('WorkspaceUpdated')]);
+      // Both entries are put right from the log.
+      await expect.poll(indexed).toEqual([
+        { command_id: commandIdOf('ix-first', update('first')), first_version: '2', last_version: '2' },
+        { command_id: commandIdOf('ix-never', never), first_version: '6', last_version: '6' },
+      ]);
+    });
+
+    it('projections:verify compares the index with the log, and names an entry that is not the log’s', async () => {
+      const verify = async () =>
+        testEventStore === 'eventstoredb-server'
+          ? undefined // The tool folds the whole log, which on a shared real server holds other test files' records too.
+          : runCli('src/cli/verify.ts', [], service.databaseUrl, { EVENTSTORE_URL: (await eventStoreUrlFor(service.databaseUrl)) ?? '' });
+      const agreed = await verify();
+      if (agreed) expect(agreed.stdout, agreed.stderr).toMatch(/the command index of \d+ stream\(s\) agrees with the log\n$/);
+
+      const commandId = commandIdOf('ix-first', update('first'));
+      await database.query('UPDATE record_commands SET first_version = 3, last_version = 3 WHERE stream_name = $1 AND command_id = $2', [
+        stream(),
+        commandId,
+      ]);
+      const reported = await verify();
+      if (reported) {
+        expect(reported.code).toBe(1);
+        expect(reported.stdout).toContain(
+          `command index ${stream()}: command ${commandId} is at versions 2-2, the index says versions 3-3`,
+        );
+      }
+    });
   });
 });

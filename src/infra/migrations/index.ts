@@ -10,6 +10,7 @@ import { recordSnapshots } from './0009-record-snapshots.js';
 import { integrity } from './0010-integrity.js';
 import { changeFeed } from './0011-change-feed.js';
 import { webhooks } from './0012-webhooks.js';
+import { recordCommands } from './0013-record-commands.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -28,4 +29,5 @@ export const migrations: readonly Migration[] = [
   integrity,
   changeFeed,
   webhooks,
+  recordCommands,
 ];

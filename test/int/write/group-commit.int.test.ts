@@ -1,0 +1,116 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { workspaceDecider } from '../../../src/domain/deciders.js';
+import type { WorkspaceEvent } from '../../../src/domain/events.js';
+import type { WorkspaceCommand, WorkspaceState } from '../../../src/domain/workspace.js';
+import { workspaceStream } from '../../../src/eventstore/stream-names.js';
+import { PostgresCommandIndex } from '../../../src/write/command-index.js';
+import { runGroup, type CommandJob, type Outcome } from '../../../src/write/execute.js';
+import { PostgresSnapshots } from '../../../src/write/snapshots.js';
+import { silentLogger, startStack, type Stack } from '../../support/stack.js';
+
+/**
+ * Group commit (src/write/execute.ts, runGroup) against the test's event store: one group's
+ * commands decided in turn and appended in one append, each answered on its own.
+ */
+describe('group commit of one record’s commands', () => {
+  let stack: Stack;
+  let options: Parameters<typeof runGroup>[3];
+  let clock = Date.parse('2026-03-01T00:00:00Z');
+  const now = () => {
+    clock += 1000;
+    return `${new Date(clock).toISOString().slice(0, -1)}000Z`;
+  };
+
+  beforeAll(async () => {
+    stack = await startStack();
+    options = {
+      snapshots: new PostgresSnapshots(stack.pool, silentLogger),
+      commandIndex: new PostgresCommandIndex(stack.pool, silentLogger),
+    };
+  });
+  afterAll(() => stack?.close());
+
+  /** A job of `command`, keyed when `commandId` is given, and the answer it gets. */
+  function job(
+    command: (context: { actor: string; requestId: string; now: string; commandId?: string }) => WorkspaceCommand,
+    commandId?: string,
+  ) {
+    let job!: CommandJob<WorkspaceCommand, WorkspaceState, WorkspaceEvent>;
+    const answer = new Promise<Outcome<WorkspaceState>>((resolve, fail) => {
+      const request = { requestId: `request-${Math.random()}`, commandId };
+      job = {
+        decider: workspaceDecider,
+        request,
+        commandFor: () => command({ actor: 'user-1', ...request, now: now() }),
+        newStream: false,
+        resolve,
+        fail,
+      };
+    });
+    return {
+      job,
+      answer: answer.then(
+        (outcome) => ({ outcome }),
+        (error: unknown) => ({ error }),
+      ),
+    };
+  }
+  const create = (id: string) => (context: Parameters<Parameters<typeof job>[0]>[0]) =>
+    ({ type: 'CreateWorkspace', id, organizationId: 'org_group', name: 'created', context }) as WorkspaceCommand;
+  const update = (id: string, name: string) => (context: Parameters<Parameters<typeof job>[0]>[0]) =>
+    ({ type: 'UpdateWorkspace', id, name, attributes: { [name]: true }, context }) as WorkspaceCommand;
+
+  it('given a group with one command the decider refuses, the others are appended in one append and each answers on its own', async () => {
+    const id = 'ws_group_refused';
+    const stream = workspaceStream(id);
+    const first = job(create(id));
+    await runGroup(stack.store, stream, [first.job], options);
+    expect(await first.answer).toHaveProperty('outcome');
+
+    const group = [job(update(id, 'one')), job(create(id)), job(update(id, 'three'))];
+    await runGroup(
+      stack.store,
+      stream,
+      group.map((entry) => entry.job),
+      options,
+    );
+    const [one, refused, three] = await Promise.all(group.map((entry) => entry.answer));
+    expect(refused).toEqual({ error: expect.objectContaining({ name: 'RecordIdTaken' }) });
+    const applied = [one!, three!].map((answer) => ('outcome' in answer ? answer.outcome : undefined));
+    expect(applied.map((outcome) => outcome?.state.status === 'active' && outcome.state.workspace.name)).toEqual(['one', 'three']);
+    expect(applied[1]?.state.status === 'active' && applied[1].state.workspace.attributes).toEqual({ one: true, three: true });
+    const events = await stack.store.readStream(stream);
+    expect(events.map((event) => event.type)).toEqual(['WorkspaceCreated', 'WorkspaceUpdated', 'WorkspaceUpdated']);
+    // One append: both answers name the same global position, that of its last event.
+    expect(applied[0]?.position).toEqual(events[2]!.position);
+    expect(applied[1]?.position).toEqual(events[2]!.position);
+  });
+
+  it('given a keyed command that ran inside a group, its retry answers what it did there and appends nothing, with the command index and without it', async () => {
+    const id = 'ws_group_keyed';
+    const stream = workspaceStream(id);
+    const first = job(create(id));
+    await runGroup(stack.store, stream, [first.job], options);
+    const group = [job(update(id, 'before')), job(update(id, 'keyed'), 'command-keyed'), job(update(id, 'after'))];
+    await runGroup(
+      stack.store,
+      stream,
+      group.map((entry) => entry.job),
+      options,
+    );
+    const answered = await group[1]!.answer;
+    expect(answered).toHaveProperty('outcome');
+    const later = job(update(id, 'later'));
+    await runGroup(stack.store, stream, [later.job], options);
+
+    for (const withIndex of [true, false]) {
+      const retry = job(update(id, 'keyed'), 'command-keyed');
+      await runGroup(stack.store, stream, [retry.job], withIndex ? options : { snapshots: options!.snapshots });
+      // The same state (the position it waits for the projection at may be its own event's, not its group's last).
+      expect(await retry.answer).toEqual({
+        outcome: { state: (answered as { outcome: Outcome<WorkspaceState> }).outcome.state, position: expect.anything() },
+      });
+    }
+    expect((await stack.store.readStream(stream)).length).toBe(5);
+  });
+});
