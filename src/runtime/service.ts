@@ -165,8 +165,8 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listWorkspaces: (organizations, page) => listWorkspaces(pool, organizations, page),
       getSolution: (id, organizations) => getSolution(pool, id, organizations),
       listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),
-      provenance: (kind, id, organizations, asOf, pointer) => recordProvenance(store, kind, id, organizations, asOf, pointer),
-      diff: (kind, id, organizations, from, to) => recordDiff(store, kind, id, organizations, from, to),
+      provenance: (kind, id, organizations, asOf, pointer) => recordProvenance(store, snapshots, kind, id, organizations, asOf, pointer),
+      diff: (kind, id, organizations, from, to) => recordDiff(store, snapshots, kind, id, organizations, from, to),
       checkpoint: (organizationId, organizations, size) => getCheckpoint(pool, organizationId, organizations, size),
       recordProof: (kind, id, organizations, size) => recordProof(pool, store, kind, id, organizations, size),
       consistencyProof: (organizationId, organizations, fromSize, toSize) =>
