@@ -132,7 +132,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       logger: logger.child({ component: 'integrity' }),
       checkpointIntervalMs: config.audit.checkpointIntervalMs,
     });
-    if (options.runTreeKeeper ?? true) treeKeeper.start();
+    if ((options.runTreeKeeper ?? true) && !config.audit.benchWithoutIntegrity) treeKeeper.start();
 
     const commands = new CommandHandlers({
       store,
@@ -155,6 +155,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       observer,
       recordQueueLimit: config.recordQueueLimit,
       snapshots,
+      withoutHashes: config.audit.benchWithoutIntegrity,
     });
 
     const queries: Queries = {

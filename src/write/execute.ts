@@ -53,6 +53,11 @@ export type ExecuteOptions = {
   recent?: RecentStates | undefined;
   /** Where snapshots are kept: read when the state is not in memory, and one taken whenever an append passes a multiple of the interval. */
   snapshots?: SnapshotStore | undefined;
+  /**
+   * Events appended without their hashes, as before hashes existed (BENCH_WITHOUT_INTEGRITY): only
+   * the baseline `npm run bench:audit` compares the service with.
+   */
+  withoutHashes?: boolean | undefined;
 };
 
 /** One command of a group: decided in its turn, settled once the group's append has answered. */
@@ -147,7 +152,7 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
   jobs: CommandJob<Command, State, Event>[],
   known: Loaded<State>,
   streamName: string,
-  observer: CommandObserver | undefined,
+  { observer, withoutHashes }: ExecuteOptions,
 ): Promise<{ decisions: Decision<State>[]; events: NewEvent[]; state: State; hash: string; occurredAt: Timestamp | undefined }> {
   let state = known.state;
   // Each event's hash covers the one before it (contract §16), from the stream's last.
@@ -177,7 +182,12 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
       for (const [index, event] of decidedEvents.entries()) {
         size += JSON.stringify(event.data).length;
         const id = eventId(job.request.commandId ?? job.request.requestId, streamName, version, index, event);
-        events.push({ id, type: event.type, data: event.data, metadata: { ...event.metadata, ...hashes[index] } });
+        events.push({
+          id,
+          type: event.type,
+          data: event.data,
+          metadata: withoutHashes ? event.metadata : { ...event.metadata, ...hashes[index] },
+        });
         occurredAt = event.metadata.occurred_at;
       }
       hash = hashes.at(-1)?.hash ?? hash;
@@ -230,7 +240,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
   let attempt = 1;
   while (pending.length > 0) {
     const current = known ?? (await timed(observer, 'read', () => loadState(store, streamName, decider, snapshots)));
-    const { decisions, events, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, observer);
+    const { decisions, events, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, options);
     const settle = (position: GlobalPosition | undefined) => {
       decisions.forEach((decision, index) =>
         'error' in decision ? pending[index]!.fail(decision.error) : pending[index]!.resolve({ state: decision.state, position }),

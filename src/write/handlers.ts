@@ -50,6 +50,8 @@ export type CommandHandlerDeps = {
   recordQueueLimit: number;
   /** Where records' snapshots are kept; without, a record not in memory is read from its first event. */
   snapshots?: SnapshotStore;
+  /** Appends without hashes: the bench-only baseline (src/write/execute.ts, ExecuteOptions). */
+  withoutHashes?: boolean;
 };
 
 type QueuedJob = CommandJob<unknown, unknown, DomainEvent>;
@@ -115,7 +117,12 @@ export class CommandHandlers {
       limit: deps.recordQueueLimit,
       maxGroup: maxCommandsPerGroup,
       runGroup: (streamName, jobs) =>
-        runGroup(deps.store, streamName, jobs, { observer: deps.observer, recent: this.recent, snapshots: deps.snapshots }),
+        runGroup(deps.store, streamName, jobs, {
+          observer: deps.observer,
+          recent: this.recent,
+          snapshots: deps.snapshots,
+          withoutHashes: deps.withoutHashes,
+        }),
     });
   }
 
