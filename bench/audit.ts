@@ -12,7 +12,7 @@
  *    20 (both appended through the adapter), after a first diff of each, which makes the long
  *    record's provenance snapshots.
  *
- *   npm run bench:audit -- [--events 1000000] [--record-events 100000] [--seconds 5] [--rounds 3] [--connections 32] [--requests 200]
+ *   npm run bench:audit -- [--events 1000000] [--record-events 100000] [--seconds 5] [--rounds 3] [--connections 32] [--requests 200] [--keep]
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -42,6 +42,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
     connections: { type: 'string', default: '32' },
     requests: { type: 'string', default: '200' },
+    keep: { type: 'boolean', default: false },
   },
 });
 const eventCount = Number(values.events);
@@ -226,6 +227,6 @@ try {
   close();
   for (const service of [...services]) await stop(service);
   for (const name of [names.on, names.off]) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await finishBenchDatabase({ admin, name: names.log, keep: false, embedded, out });
+  await finishBenchDatabase({ admin, name: names.log, keep: values.keep, embedded, out });
   rmSync(dataDir, { recursive: true, force: true });
 }
