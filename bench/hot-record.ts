@@ -13,7 +13,6 @@
  *
  *   npm run bench:hot-record -- [--events 100000] [--seconds 5] [--keep]
  */
-import http from 'node:http';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -33,43 +32,15 @@ import { loadState } from '../src/write/execute.js';
 import { startServiceProcess } from '../test/support/service-process.js';
 import { testSecret } from '../test/support/secret.js';
 import { databaseUrl as databaseUrlOn } from './databases.js';
+import { apiClient, type Target } from './http.js';
 import { percentile } from './statistics.js';
 
-const organization = 'org_bench_hot';
+export const organization = 'org_bench_hot';
 const writers = 20;
 
-type Service = { url: string; token: string };
-type Answer = { status: number; text: string; ms: number };
+type Service = Target;
 
-const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-
-function post(service: Service, query: string, params: unknown, headers: Record<string, string> = {}): Promise<Answer> {
-  const body = JSON.stringify({ query, params });
-  const sent = performance.now();
-  return new Promise((resolve, reject) => {
-    const request = http.request(
-      `${service.url}/api`,
-      {
-        method: 'POST',
-        agent,
-        headers: {
-          'content-type': 'application/json',
-          authorization: `Bearer ${service.token}`,
-          'content-length': Buffer.byteLength(body),
-          ...headers,
-        },
-      },
-      (response) => {
-        let text = '';
-        response.setEncoding('utf8');
-        response.on('data', (chunk: string) => (text += chunk));
-        response.on('end', () => resolve({ status: response.statusCode ?? 0, text, ms: performance.now() - sent }));
-      },
-    );
-    request.on('error', reject);
-    request.end(body);
-  });
-}
+const { post, sequential, close } = apiClient(64);
 
 async function ok<T>(service: Service, query: string, params: unknown): Promise<T> {
   const answer = await post(service, query, params);
@@ -80,7 +51,7 @@ async function ok<T>(service: Service, query: string, params: unknown): Promise<
 type Workspace = { id: string; name: string; created_at: string; updated_at: string };
 
 /** Appends `count - 1` updates to a new workspace through the adapter, 1,000 to an append; resolves with it once projected. */
-async function seedHotRecord(service: Service, databaseUrl: string, count: number): Promise<Workspace> {
+export async function seedHotRecord(service: Service, databaseUrl: string, count: number): Promise<Workspace> {
   const created = await ok<Workspace>(service, 'create_workspace', { organization_id: organization, name: 'hot' });
   const logger = pino({ level: 'warn' });
   const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl }, 'tool'), logger, { poolSize: 2, listen: false });
@@ -116,17 +87,6 @@ async function seedHotRecord(service: Service, databaseUrl: string, count: numbe
     if (waited > 600_000) throw new Error('the seeded history was not projected within 10 minutes');
     await new Promise((resolve) => setTimeout(resolve, 200));
   }
-}
-
-/** `times` requests one after another; their latencies. */
-async function sequential(times: number, send: (index: number) => Promise<Answer>): Promise<number[]> {
-  const latencies: number[] = [];
-  for (let index = 0; index < times; index++) {
-    const answer = await send(index);
-    if (answer.status !== 200) throw new Error(`answered ${answer.status}: ${answer.text}`);
-    latencies.push(answer.ms);
-  }
-  return latencies;
 }
 
 type Storm = { perSecond: number; latencies: number[]; failures: number; statuses: Set<number> };
@@ -172,7 +132,7 @@ export async function hotRecordScenario(options: { url: string; databaseUrl: str
   try {
     await runScenario(options);
   } finally {
-    agent.destroy();
+    close();
   }
 }
 

@@ -104,6 +104,7 @@ const environmentSchema = z
         .optional(),
     ),
     AUDIT_CHECKPOINT_INTERVAL_MS: integer(5000, 100, 10_000),
+    BENCH_WITHOUT_INTEGRITY: z.preprocess(emptyAsUndefined, z.enum(['true', 'false']).default('false')),
   })
   .superRefine((env, ctx) => {
     if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
@@ -159,7 +160,15 @@ export type Config = Readonly<{
   /** Traces are exported by OTLP/HTTP to `tracesUrl`; undefined: no tracing at all. */
   tracing: Readonly<{ tracesUrl: string | undefined; serviceName: string }>;
   /** Signed checkpoints (contract §16): the Ed25519 key's PEM (undefined: the one generated in `dataDir`), and how often a growing tree is signed. */
-  audit: Readonly<{ signingKey: string | undefined; checkpointIntervalMs: number }>;
+  audit: Readonly<{
+    signingKey: string | undefined;
+    checkpointIntervalMs: number;
+    /**
+     * Bench only: no hashes appended and no tree kept, the baseline `npm run bench:audit` measures
+     * the service against. Never for a service whose history must be provable.
+     */
+    benchWithoutIntegrity: boolean;
+  }>;
 }>;
 
 /** Every environment variable the service reads (documented with its default in `.env.example`). */
@@ -217,6 +226,10 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
       tracesUrl: env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? tracesUrlOf(env.OTEL_EXPORTER_OTLP_ENDPOINT),
       serviceName: env.OTEL_SERVICE_NAME,
     }),
-    audit: Object.freeze({ signingKey: env.AUDIT_SIGNING_KEY, checkpointIntervalMs: env.AUDIT_CHECKPOINT_INTERVAL_MS }),
+    audit: Object.freeze({
+      signingKey: env.AUDIT_SIGNING_KEY,
+      checkpointIntervalMs: env.AUDIT_CHECKPOINT_INTERVAL_MS,
+      benchWithoutIntegrity: env.BENCH_WITHOUT_INTEGRITY === 'true',
+    }),
   });
 }

@@ -9,7 +9,7 @@ import type { DomainEvent, Envelope, SolutionEvent, WorkspaceEvent } from '../do
 import type { Solution } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
 import type { Workspace } from '../domain/workspace.js';
-import { loadRecord } from '../write/load-record.js';
+import { foldRecord } from '../write/load-record.js';
 import type { SnapshotStore } from '../write/snapshots.js';
 
 /**
@@ -117,7 +117,7 @@ export async function workspaceAsOf(
   asOf: Timestamp,
   snapshots?: SnapshotStore,
 ): Promise<Workspace> {
-  const { state } = await loadRecord(store, workspaceStream(id), workspaceDecider, { snapshots, until: asOf });
+  const { state } = await foldRecord(store, workspaceStream(id), workspaceDecider, { snapshots, until: asOf });
   if (state.status !== 'active' || !organizations.has(state.workspace.organization_id)) throw notFound('workspace');
   return state.workspace;
 }
@@ -130,9 +130,9 @@ export async function solutionAsOf(
   asOf: Timestamp,
   snapshots?: SnapshotStore,
 ): Promise<Solution> {
-  const { state } = await loadRecord(store, solutionStream(id), solutionDecider, { snapshots, until: asOf });
+  const { state } = await foldRecord(store, solutionStream(id), solutionDecider, { snapshots, until: asOf });
   if (state.status !== 'active' || !organizations.has(state.solution.organization_id)) throw notFound('solution');
-  const workspace = await loadRecord(store, workspaceStream(state.solution.workspace_id), workspaceDecider, { snapshots, until: asOf });
+  const workspace = await foldRecord(store, workspaceStream(state.solution.workspace_id), workspaceDecider, { snapshots, until: asOf });
   if (workspace.state.status !== 'active') throw notFound('solution');
   return state.solution;
 }

@@ -94,14 +94,29 @@ export type ProvenanceState<State> = {
   state: State;
   /** How many of the record's events are folded in: the next event's version is this plus one. */
   version: number;
-  fields: ReadonlyMap<string, FieldProvenance>;
+  /**
+   * By path, in the order of the record's fields. A plain object, so that the whole state is JSON
+   * and can be kept as a snapshot (provenanceSnapshotKey); a path starts with "/", so it is never
+   * an array index or `__proto__`, and keeps its place.
+   */
+  fields: Readonly<Record<string, FieldProvenance>>;
 };
 
 export const initialProvenance = <State>(fold: { initialState: State }): ProvenanceState<State> => ({
   state: fold.initialState,
   version: 0,
-  fields: new Map(),
+  fields: {},
 });
+
+/** Provenance snapshots sit beside the record's own snapshots, under this prefix to its stream's name. */
+const provenanceSnapshotPrefix = 'provenance:';
+
+/** Where a stream's provenance snapshots are kept. */
+export const provenanceSnapshotKey = (streamName: string) => `${provenanceSnapshotPrefix}${streamName}`;
+
+/** The stream whose provenance a snapshot key holds; undefined for a record's own snapshot. */
+export const provenanceSnapshotStream = (key: string) =>
+  key.startsWith(provenanceSnapshotPrefix) ? key.slice(provenanceSnapshotPrefix.length) : undefined;
 
 /** The fields at, under or holding `pointer` (the leaf an inner pointer falls in); all of them when undefined or "". */
 export const fieldsAt = (fields: Iterable<FieldProvenance>, pointer: string | undefined): FieldProvenance[] =>
@@ -130,16 +145,14 @@ export const provenanceEvolve =
     const state = fold.evolve(previous.state, event);
     const version = previous.version + 1;
     const record = fold.present(state);
-    const fields = new Map<string, FieldProvenance>();
+    const fields: Record<string, FieldProvenance> = {};
     if (record !== undefined) {
       for (const [path, value] of fold.fields(record)) {
-        const before = previous.fields.get(path);
-        fields.set(
-          path,
+        const before = Object.hasOwn(previous.fields, path) ? previous.fields[path] : undefined;
+        fields[path] =
           before !== undefined && sameJson(before.value, value)
             ? { ...before, value }
-            : { path, value, version, set_at: event.metadata.occurred_at, set_by: event.metadata.actor },
-        );
+            : { path, value, version, set_at: event.metadata.occurred_at, set_by: event.metadata.actor };
       }
     }
     return { state, version, fields };

@@ -85,11 +85,20 @@ try {
     snapshot.trees.flatMap((tree) => tree.leaves),
     snapshot.end,
   );
-  for (let after: GlobalPosition = { commit: 0n, prepare: 0n }; ;) {
-    const events = await connection.store.readAll(after, logPage);
-    if (events.length === 0) break;
-    for (const event of events) report(audit.check(event));
-    after = events[events.length - 1]!.position;
+  const { store } = connection;
+  // Each stream's chain is followed on its own, so the log may be read stream by stream, where the
+  // store can (PostgreSQL: one snapshot, in bulk, as the rebuild reads it), else in global order.
+  if (store.readLogByStream) {
+    await store.readLogByStream(async (log) => {
+      for await (const events of log.pages) for (const event of events) report(audit.check(event));
+    });
+  } else {
+    for (let after: GlobalPosition = { commit: 0n, prepare: 0n }; ;) {
+      const events = await store.readAll(after, logPage);
+      if (events.length === 0) break;
+      for (const event of events) report(audit.check(event));
+      after = events[events.length - 1]!.position;
+    }
   }
   report(audit.unmatchedLeaves());
   let checkpoints = 0;

@@ -1,6 +1,8 @@
 import { isConnectionError, named, type PgListener, type Pool } from '../infra/postgres.js';
 import {
+  comparePositions,
   EventStoreUnavailable,
+  latestPosition,
   StreamVersionConflict,
   type AppendResult,
   type EventStore,
@@ -63,6 +65,9 @@ const toRecordedEvent = (row: EventRow): RecordedEvent => ({
   position: { commit: BigInt(row.commit_position), prepare: BigInt(row.position) },
 });
 
+/** How soon a reader looks again for events appended here that an older transaction still hides. */
+const hiddenEventsPollMs = 10;
+
 export class PostgresEventStore implements EventStore {
   /**
    * A wake-up that arrived while nobody waited (e.g. between the projector's empty read and its
@@ -72,6 +77,13 @@ export class PostgresEventStore implements EventStore {
 
   /** The waits for events of this process (its projector's), woken by an append here or a notification. */
   private readonly waiting = new Set<() => void>();
+
+  /**
+   * The position of this process's latest append. Committed events a reader does not see yet are
+   * hidden only while an older transaction on the server still runs (any writer's: the integrity
+   * tree's, a webhook's): a wait after an empty read looks again soon, not after the reader's idle back-off.
+   */
+  private lastAppended: GlobalPosition | undefined;
 
   /**
    * Whether this process's own projector is the one reading the log (see `readLocally`): then its
@@ -149,6 +161,10 @@ export class PostgresEventStore implements EventStore {
       for (const append of batch) append.reject(conflict ? new StreamVersionConflict(append.streamName, append.expectedVersion) : error);
       return;
     }
+    this.lastAppended = latestPosition([
+      this.lastAppended,
+      ...rows.map((row) => (row.appended ? { commit: BigInt(row.transaction_id!), prepare: BigInt(row.last_position!) } : undefined)),
+    ]);
     this.announceAppend();
     for (const row of rows) {
       const append = batch[row.index]!;
@@ -245,7 +261,8 @@ export class PostgresEventStore implements EventStore {
     });
   }
 
-  waitForEvents(_after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {
+  waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {
+    const hidden = this.lastAppended !== undefined && comparePositions(this.lastAppended, after) > 0;
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
@@ -253,7 +270,7 @@ export class PostgresEventStore implements EventStore {
         signal.removeEventListener('abort', done);
         resolve();
       };
-      const timer = setTimeout(done, timeoutMs);
+      const timer = setTimeout(done, hidden ? Math.min(timeoutMs, hiddenEventsPollMs) : timeoutMs);
       this.waiting.add(done);
       const unsubscribe = () => this.waiting.delete(done);
       signal.addEventListener('abort', done);

@@ -1,7 +1,7 @@
 import { comparePositions, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
 import { checkpointSignatureValid, type Checkpoint, type PublicJwk } from './checkpoints.js';
 import { hashEvent, isChained, storedHashes, zeroHash } from './hashes.js';
-import { appendLeaves, lookupIn, rootHash, type MerkleNode } from './merkle.js';
+import { leafHash, nodeHash, rootHash, type MerkleNode, type NodeLookup } from './merkle.js';
 
 /**
  * What `npm run audit:verify` checks (contract §16), as functions of what it reads: every event's
@@ -85,6 +85,21 @@ export class LogAudit {
 }
 
 /**
+ * Every complete subtree's hash of the tree of `leafHashes` (RFC 9162): at [level][index], the
+ * node over leaves [index·2^level, (index+1)·2^level), as appendLeaves makes them one by one.
+ */
+function completeSubtrees(leafHashes: readonly string[]): Buffer[][] {
+  const levels: Buffer[][] = [leafHashes.map(leafHash)];
+  for (let below = levels[0]!; below.length > 1;) {
+    const above: Buffer[] = [];
+    for (let index = 0; index + 1 < below.length; index += 2) above.push(nodeHash(below[index]!, below[index + 1]!));
+    levels.push(above);
+    below = above;
+  }
+  return levels;
+}
+
+/**
  * One organization's tree against its leaves: every stored node and every checkpoint's root
  * recomputed, every checkpoint's signature checked with the published keys.
  */
@@ -97,17 +112,20 @@ export function auditTree(
 ): Break[] {
   const breaks: Break[] = [];
   const found = (message: string) => breaks.push({ organizationId, message });
-  // Grown from nothing, appendLeaves makes every node itself and never asks the lookup.
-  const recomputed = appendLeaves(0, leafHashes, lookupIn([]));
-  const stored = new Map(storedNodes.map((node) => [`${node.level}:${node.index}`, node.hash]));
-  for (const node of recomputed) {
-    const hash = stored.get(`${node.level}:${node.index}`);
-    if (!hash) found(`the tree has no node at level ${node.level}, index ${node.index}`);
-    else if (!hash.equals(node.hash)) {
-      found(`node at level ${node.level}, index ${node.index} is ${hash.toString('hex')}, its leaves hash to ${node.hash.toString('hex')}`);
+  // Level by level, in arrays indexed as the nodes are: a tree of a million leaves has two million nodes.
+  const recomputed = completeSubtrees(leafHashes);
+  const stored: Buffer[][] = recomputed.map(() => []);
+  for (const node of storedNodes) if (node.level < stored.length) stored[node.level]![node.index] = node.hash;
+  for (const [level, nodes] of recomputed.entries()) {
+    for (const [index, node] of nodes.entries()) {
+      const hash = stored[level]![index];
+      if (!hash) found(`the tree has no node at level ${level}, index ${index}`);
+      else if (!hash.equals(node)) {
+        found(`node at level ${level}, index ${index} is ${hash.toString('hex')}, its leaves hash to ${node.toString('hex')}`);
+      }
     }
   }
-  const lookup = lookupIn(recomputed);
+  const lookup: NodeLookup = (level, index) => recomputed[level]![index]!;
   for (const checkpoint of checkpoints) {
     if (checkpoint.size > leafHashes.length) {
       found(`checkpoint of size ${checkpoint.size}: the tree holds only ${leafHashes.length} leaves`);

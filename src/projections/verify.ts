@@ -10,6 +10,7 @@ import { isSolutionEvent, isWorkspaceEvent, type Envelope, type SolutionEvent, t
 import { evolveSolution, initialSolutionState, type Solution, type SolutionState } from '../domain/solution.js';
 import { evolveWorkspace, initialWorkspaceState, type Workspace, type WorkspaceState } from '../domain/workspace.js';
 import { solutionColumns, workspaceColumns } from './tables.js';
+import { initialProvenance, provenanceEvolve, provenanceSnapshotStream, solutionFold, workspaceFold } from '../audit/provenance.js';
 
 export type ReadModelSnapshot = {
   workspaces: Map<string, Workspace>;
@@ -179,17 +180,14 @@ export async function verifySnapshots(store: EventStore, pool: Pool): Promise<{ 
     if (streamRows) streamRows.push(row);
     else byStream.set(row.stream_name, [row]);
   }
-  for (const [streamName, streamRows] of byStream) {
+  for (const [key, streamRows] of byStream) {
+    const { streamName, evolve, initialState } = snapshotFold(key);
     const { events } = await readRecord(store, streamName);
-    const evolve = (state: unknown, event: Envelope): unknown =>
-      streamName.startsWith(streamPrefixes.workspace)
-        ? evolveWorkspace(state as WorkspaceState, event as Envelope<WorkspaceEvent>)
-        : evolveSolution(state as SolutionState, event as Envelope<SolutionEvent>);
-    let state: unknown = streamName.startsWith(streamPrefixes.workspace) ? initialWorkspaceState : initialSolutionState;
+    let state = initialState;
     let folded = 0;
     for (const row of streamRows) {
       const snapshot = readSnapshotRow(row);
-      const where = `snapshot ${streamName}@${row.version}`;
+      const where = `snapshot ${key}@${row.version}`;
       if (snapshot === 'other format') continue;
       checked += 1;
       if (snapshot === 'corrupt') {
@@ -277,6 +275,26 @@ export async function verifyCommandIndex(store: EventStore, pool: Pool): Promise
     }
   }
   return { differences, checked: streams.size };
+}
+
+/** How the state a snapshot key holds is folded: a record's own state, or its provenance (src/audit/provenance.ts). */
+function snapshotFold(key: string): { streamName: string; evolve: (state: unknown, event: Envelope) => unknown; initialState: unknown } {
+  const provenanceOf = provenanceSnapshotStream(key);
+  const streamName = provenanceOf ?? key;
+  const isWorkspace = streamName.startsWith(streamPrefixes.workspace);
+  if (provenanceOf !== undefined) {
+    const evolve = isWorkspace ? provenanceEvolve(workspaceFold) : provenanceEvolve(solutionFold);
+    return {
+      streamName,
+      evolve: evolve as (state: unknown, event: Envelope) => unknown,
+      initialState: isWorkspace ? initialProvenance(workspaceFold) : initialProvenance(solutionFold),
+    };
+  }
+  const evolve = (state: unknown, event: Envelope): unknown =>
+    isWorkspace
+      ? evolveWorkspace(state as WorkspaceState, event as Envelope<WorkspaceEvent>)
+      : evolveSolution(state as SolutionState, event as Envelope<SolutionEvent>);
+  return { streamName, evolve, initialState: isWorkspace ? initialWorkspaceState : initialSolutionState };
 }
 
 /** Every difference between two snapshots, one line each; empty when they agree. */

@@ -133,7 +133,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       logger: logger.child({ component: 'integrity' }),
       checkpointIntervalMs: config.audit.checkpointIntervalMs,
     });
-    if (options.runTreeKeeper ?? true) treeKeeper.start();
+    if ((options.runTreeKeeper ?? true) && !config.audit.benchWithoutIntegrity) treeKeeper.start();
 
     const commands = new CommandHandlers({
       store,
@@ -157,6 +157,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       recordQueueLimit: config.recordQueueLimit,
       snapshots,
       commandIndex: new PostgresCommandIndex(pool, logger),
+      withoutHashes: config.audit.benchWithoutIntegrity,
     });
 
     const queries: Queries = {
@@ -167,8 +168,8 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listWorkspaces: (organizations, page) => listWorkspaces(pool, organizations, page),
       getSolution: (id, organizations) => getSolution(pool, id, organizations),
       listSolutions: (organizations, workspaceId, page) => listSolutions(pool, organizations, workspaceId, page),
-      provenance: (kind, id, organizations, asOf, pointer) => recordProvenance(store, kind, id, organizations, asOf, pointer),
-      diff: (kind, id, organizations, from, to) => recordDiff(store, kind, id, organizations, from, to),
+      provenance: (kind, id, organizations, asOf, pointer) => recordProvenance(store, snapshots, kind, id, organizations, asOf, pointer),
+      diff: (kind, id, organizations, from, to) => recordDiff(store, snapshots, kind, id, organizations, from, to),
       checkpoint: (organizationId, organizations, size) => getCheckpoint(pool, organizationId, organizations, size),
       recordProof: (kind, id, organizations, size) => recordProof(pool, store, kind, id, organizations, size),
       consistencyProof: (organizationId, organizations, fromSize, toSize) =>

@@ -57,6 +57,11 @@ export type ExecuteOptions = {
   snapshots?: SnapshotStore | undefined;
   /** Where keyed commands' events are indexed: a keyed command looks itself up there instead of reading the whole stream. */
   commandIndex?: CommandIndex | undefined;
+  /**
+   * Events appended without their hashes, as before hashes existed (BENCH_WITHOUT_INTEGRITY): only
+   * the baseline `npm run bench:audit` compares the service with.
+   */
+  withoutHashes?: boolean | undefined;
 };
 
 /** One command of a group: decided in its turn, settled once the group's append has answered. */
@@ -311,7 +316,7 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
   jobs: CommandJob<Command, State, Event>[],
   known: Loaded<State>,
   streamName: string,
-  observer: CommandObserver | undefined,
+  { observer, withoutHashes }: ExecuteOptions,
 ): Promise<{
   decisions: Decision<State>[];
   events: NewEvent[];
@@ -336,20 +341,27 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
       const decidedEvents = job.decider.decide(command, state);
       observer?.onStep?.('decide', (performance.now() - decided) / 1000);
       const version = known.head.version + BigInt(events.length);
-      const hashes = hashAppended(
-        decidedEvents.map((event, index) => ({
-          type: event.type,
-          data: event.data,
-          metadata: event.metadata,
-          streamName,
-          version: version + BigInt(index + 1),
-        })),
-        hash,
-      );
+      const hashes = withoutHashes
+        ? []
+        : hashAppended(
+            decidedEvents.map((event, index) => ({
+              type: event.type,
+              data: event.data,
+              metadata: event.metadata,
+              streamName,
+              version: version + BigInt(index + 1),
+            })),
+            hash,
+          );
       for (const [index, event] of decidedEvents.entries()) {
         size += JSON.stringify(event.data).length;
         const id = eventId(job.request.commandId ?? job.request.requestId, streamName, version, index, event);
-        events.push({ id, type: event.type, data: event.data, metadata: { ...event.metadata, ...hashes[index] } });
+        events.push({
+          id,
+          type: event.type,
+          data: event.data,
+          metadata: withoutHashes ? event.metadata : { ...event.metadata, ...hashes[index] },
+        });
         commandIds.push(event.metadata.command_id);
         occurredAt = event.metadata.occurred_at;
       }
@@ -394,7 +406,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
   let attempt = 1;
   while (pending.length > 0) {
     const current = known ?? (await timed(observer, 'read', () => loadState(store, streamName, decider, snapshots)));
-    const { decisions, events, commandIds, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, observer);
+    const { decisions, events, commandIds, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, options);
     const settle = (position: GlobalPosition | undefined) => {
       decisions.forEach((decision, index) =>
         'error' in decision ? pending[index]!.fail(decision.error) : pending[index]!.resolve({ state: decision.state, position }),

@@ -53,6 +53,8 @@ export type CommandHandlerDeps = {
   snapshots?: SnapshotStore;
   /** Where keyed commands' events are indexed; without, a keyed command reads its record's whole stream. */
   commandIndex?: CommandIndex;
+  /** Appends without hashes: the bench-only baseline (src/write/execute.ts, ExecuteOptions). */
+  withoutHashes?: boolean;
 };
 
 type QueuedJob = CommandJob<unknown, unknown, DomainEvent>;
@@ -123,6 +125,7 @@ export class CommandHandlers {
           recent: this.recent,
           snapshots: deps.snapshots,
           commandIndex: deps.commandIndex,
+          withoutHashes: deps.withoutHashes,
         }),
     });
   }

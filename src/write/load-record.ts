@@ -27,23 +27,42 @@ const largestPageSize = 4096;
 
 type Evolving<State, Event extends DomainEvent> = Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>;
 
+/** A record's state folded up to a point of its stream: the version there, and the last of the service's events folded (or a snapshot's own). */
+export type Folded<State> = { state: State; version: bigint; lastOwn: LoggedEvent | undefined };
+
 /**
  * A record's state, from its latest snapshot (at or before `until`) and the events after it: the
  * cost of the events since that snapshot, not of the record's age. A snapshot whose event is no
  * longer the stream's is void, and the record is folded from its start. Every `snapshotInterval`
  * versions passed while folding is kept as a snapshot, so a missing one is made again by reading.
  * A record's own events occur strictly one after another (src/domain/command.ts), so the events at
- * or before `until` are the stream's first ones, and folding stops at the first after it.
+ * or before `until` are the stream's first ones, and folding stops at the first after it (or the
+ * first after version `through`); `version` is then the last event folded's.
  */
+export async function foldRecord<State, Event extends DomainEvent>(
+  store: EventStore,
+  streamName: string,
+  decider: Evolving<State, Event>,
+  options: LoadOptions = {},
+): Promise<Folded<State>> {
+  const snapshot = await options.snapshots?.latest(streamName, options.until, options.through);
+  const fromSnapshot = snapshot && (await foldFrom(store, streamName, decider, options, snapshot));
+  return fromSnapshot ?? (await foldFrom(store, streamName, decider, options, undefined))!;
+}
+
+/** A record's state as foldRecord gives it, and the head the next append expects. */
 export async function loadRecord<State, Event extends DomainEvent>(
   store: EventStore,
   streamName: string,
   decider: Evolving<State, Event>,
   options: LoadOptions = {},
 ): Promise<Loaded<State>> {
-  const snapshot = await options.snapshots?.latest(streamName, options.until, options.through);
-  const fromSnapshot = snapshot && (await foldFrom(store, streamName, decider, options, snapshot));
-  return fromSnapshot ?? (await foldFrom(store, streamName, decider, options, undefined))!;
+  const { state, version, lastOwn } = await foldRecord(store, streamName, decider, options);
+  const head = headAfter(emptyStreamHead, lastOwn ? [lastOwn] : [], version) ?? {
+    version,
+    hash: chainHead((await readRecord(store, streamName)).events.map((logged) => logged.stored)),
+  };
+  return { state, head };
 }
 
 /** Folds the stream from `start` (or its first event); undefined when `start` is void. */
@@ -53,16 +72,11 @@ async function foldFrom<State, Event extends DomainEvent>(
   decider: Evolving<State, Event>,
   { snapshots, until, through }: LoadOptions,
   start: RecordSnapshot | undefined,
-): Promise<Loaded<State> | undefined> {
+): Promise<Folded<State> | undefined> {
   let state = start ? (start.state as State) : decider.initialState;
   let version = start?.head.version ?? 0n;
   // The last of the service's events read (a snapshot's own event first): its hash is the next append's `previous_hash`.
   let lastOwn: LoggedEvent | undefined;
-  const head = async (at = version): Promise<StreamHead> =>
-    headAfter(emptyStreamHead, lastOwn ? [lastOwn] : [], at) ?? {
-      version: at,
-      hash: chainHead((await readRecord(store, streamName)).events.map((logged) => logged.stored)),
-    };
   const made: RecordSnapshot[] = [];
   const keep = () => {
     if (snapshots && made.length > 0) void snapshots.save(made);
@@ -76,8 +90,8 @@ async function foldFrom<State, Event extends DomainEvent>(
       const pastTheBound = (until !== undefined && occurredAt > until) || (through !== undefined && logged.version > through);
       if (logged.version > version && pastTheBound) {
         keep();
-        // Stopped inside the page: the head is the last event folded's, not the page's end.
-        return { state, head: await head(lastOwn?.version ?? version) };
+        // Stopped inside the page: the version is the last event folded's, not the page's end.
+        return { state, version: lastOwn?.version ?? version, lastOwn };
       }
       lastOwn = logged;
       if (logged.version <= version) continue;
@@ -91,7 +105,7 @@ async function foldFrom<State, Event extends DomainEvent>(
     from = last.version + 1n;
   }
   keep();
-  return { state, head: await head() };
+  return { state, version, lastOwn };
 }
 
 /**

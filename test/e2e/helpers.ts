@@ -1,6 +1,8 @@
 import { expect } from 'vitest';
 import { fromMicros, toMicros } from '../../src/domain/timestamp.js';
 import { createClient, type Client, type OperationName, type Params, type Result } from '../../src/client/index.js';
+import { runCli } from '../int/cli-run.js';
+import { eventStoreUrlFor, testEventStore } from '../support/event-store.js';
 import { conformingFetch } from '../support/openapi-conformance.js';
 import { callApi, type ApiResponse, type TestService } from '../support/service.js';
 
@@ -159,3 +161,12 @@ export async function checkpointCovering(
   }
   throw new Error(`no checkpoint of ${organizationId} covers ${size} events`);
 }
+
+/**
+ * `npm run projections:verify` against the service's stores; undefined against a real EventStoreDB
+ * server, where the tool folds the whole log, which on a shared server holds other test files' records too.
+ */
+export const verifyProjections = async (service: Pick<TestService, 'databaseUrl'>) =>
+  testEventStore === 'eventstoredb-server'
+    ? undefined
+    : runCli('src/cli/verify.ts', [], service.databaseUrl, { EVENTSTORE_URL: (await eventStoreUrlFor(service.databaseUrl)) ?? '' });

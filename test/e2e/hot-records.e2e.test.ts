@@ -1,10 +1,8 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workspaceStream } from '../../src/eventstore/stream-names.js';
-import { runCli } from '../int/cli-run.js';
-import { eventStoreUrlFor, testEventStore } from '../support/event-store.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-import { ok } from './helpers.js';
+import { ok, verifyProjections } from './helpers.js';
 
 /**
  * A record's age and popularity (issue 21): a record with many events and many writers at once
@@ -63,10 +61,7 @@ describe('hot records: long histories and concurrent writers of one record', () 
           workspaceStream(id),
         ])
       ).rows.map((row) => Number(row.version));
-    const verify = async () =>
-      testEventStore === 'eventstoredb-server'
-        ? undefined // The tool folds the whole log, which on a shared real server holds other test files' records too.
-        : runCli('src/cli/verify.ts', [], service.databaseUrl, { EVENTSTORE_URL: (await eventStoreUrlFor(service.databaseUrl)) ?? '' });
+    const verify = () => verifyProjections(service);
     /** Every answer that depends on where the fold starts: as_of at each change's instant (and just before), and the history pages. */
     const answers = async () => {
       const asOf = [];

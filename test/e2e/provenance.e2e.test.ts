@@ -1,8 +1,10 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { solutionStream, workspaceStream } from '../../src/eventstore/stream-names.js';
 import { seededRandom } from '../support/generate.js';
 import { applyJsonPatch } from '../support/json-patch.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-import { before, expectError, ok } from './helpers.js';
+import { before, expectError, ok, verifyProjections } from './helpers.js';
 
 /** Provenance and differences (contract §17) over HTTP, in each event store's mode, answers checked against the OpenAPI document. */
 describe('provenance and differences (contract §17)', () => {
@@ -167,6 +169,87 @@ describe('provenance and differences (contract §17)', () => {
           history.items.filter((item) => item.occurred_at > from && item.occurred_at <= to).map(({ version }) => version),
         );
       }
+    }
+  });
+
+  it('answers provenance and diffs alike from snapshots and without them, keeping provenance snapshots that verify checks', async () => {
+    const workspace = await ok(service, alice, 'create_workspace', {
+      organization_id: 'org_prov',
+      name: 'long',
+      attributes: { kept: 'since creation', owner: 'ann' },
+    });
+    const solution = await ok(service, alice, 'create_solution', { workspace_id: workspace.id, name: 'long solution' });
+    const instants = [before(workspace.created_at), workspace.created_at];
+    for (let n = 1; n <= 210; n++) {
+      // Owners change every 40 updates and are removed for a while in between; the name changes every 30.
+      const owner = n % 40 < 30 ? ['ann', 'bea', 'cat'][Math.floor(n / 40) % 3] : null;
+      const updated = await ok(service, n % 3 === 0 ? bob : alice, 'update_workspace', {
+        id: workspace.id,
+        name: `long ${Math.floor(n / 30)}`,
+        attributes: { n, owner },
+      });
+      await ok(service, n % 2 === 0 ? bob : alice, 'update_solution', { id: solution.id, name: `long solution ${n % 7}` });
+      if (n % 17 === 0 || n >= 205 || [99, 100, 101, 199, 200, 201].includes(n)) instants.push(updated.updated_at);
+    }
+    const deleted = await ok(service, bob, 'delete_workspace', { id: workspace.id });
+    expect(deleted).toEqual({ id: workspace.id });
+
+    const database = new pg.Pool({ connectionString: service.databaseUrl, max: 1 });
+    const snapshotsOf = async (key: string) =>
+      (
+        await database.query<{ version: string }>('SELECT version::text FROM record_snapshots WHERE stream_name = $1 ORDER BY version', [
+          key,
+        ])
+      ).rows.map((row) => Number(row.version));
+    const verify = () => verifyProjections(service);
+    /** Every provenance and diff answer over the instants: each one's status and body. */
+    const answers = async () => {
+      const all = [];
+      for (const [index, instant] of instants.entries()) {
+        for (const [kind, id] of [
+          ['workspace', workspace.id],
+          ['solution', solution.id],
+        ] as const) {
+          all.push(await callApi(service, bob, `get_${kind}_provenance`, { id, as_of: instant }));
+          all.push(await callApi(service, bob, `get_${kind}_provenance`, { id, as_of: instant, path: '/attributes/owner' }));
+          for (const to of [instants[index + 1], instants[index + 7], undefined])
+            all.push(await callApi(service, bob, `diff_${kind}`, { id, from: instant, ...(to === undefined ? {} : { to }) }));
+        }
+      }
+      // An error's request_id is its own: its code is what must agree.
+      return all.map(({ status, body }) => ({ status, body: status === 200 ? body : body.error.code }));
+    };
+    const streams = [workspaceStream(workspace.id), solutionStream(solution.id)];
+    try {
+      const withSnapshots = await answers();
+      expect(withSnapshots.filter(({ status }) => status === 200).length).toBeGreaterThan(withSnapshots.length / 2);
+      // Reading provenance kept its own snapshots every 100 versions, beside the records' own.
+      for (const stream of streams) await expect.poll(() => snapshotsOf(`provenance:${stream}`)).toEqual([100, 200]);
+      expect(await answers()).toEqual(withSnapshots);
+
+      await database.query('DELETE FROM record_snapshots WHERE stream_name = ANY($1) OR stream_name = ANY($2)', [
+        streams,
+        streams.map((stream) => `provenance:${stream}`),
+      ]);
+      expect(await answers()).toEqual(withSnapshots);
+
+      const checked = await verify();
+      if (checked)
+        expect(checked.stdout, checked.stderr).toMatch(
+          /^no differences .*\n\d+ snapshot\(s\) agree with the log\n(the command index of \d+ stream\(s\) agrees with the log\n)?$/,
+        );
+      await database.query(
+        `UPDATE record_snapshots SET state = replace(state, '"bob"', '"eve"') WHERE stream_name = $1 AND version = 200`,
+        [`provenance:${streams[0]}`],
+      );
+      const reported = await verify();
+      if (reported) {
+        expect(reported.code).toBe(1);
+        expect(reported.stdout).toContain(`snapshot provenance:${streams[0]}@200: corrupt`);
+      }
+      expect(await answers()).toEqual(withSnapshots);
+    } finally {
+      await database.end();
     }
   });
 });

@@ -48,7 +48,7 @@ describe('parseConfig', () => {
       logLevel: 'info',
       metrics: { port: undefined, host: '127.0.0.1' },
       tracing: { tracesUrl: undefined, serviceName: 'workspace-solution-api' },
-      audit: { signingKey: undefined, checkpointIntervalMs: 5000 },
+      audit: { signingKey: undefined, checkpointIntervalMs: 5000, benchWithoutIntegrity: false },
     });
   });
 
@@ -84,6 +84,7 @@ describe('parseConfig', () => {
       OTEL_SERVICE_NAME: '',
       AUDIT_SIGNING_KEY: '',
       AUDIT_CHECKPOINT_INTERVAL_MS: '',
+      BENCH_WITHOUT_INTEGRITY: '',
     };
     expect(parseConfig(empty)).toEqual(parseConfig({}));
   });
@@ -117,6 +118,7 @@ describe('parseConfig', () => {
       OTEL_SERVICE_NAME: 'wsapi-eu',
       AUDIT_SIGNING_KEY: 'line\\n-----BEGIN PRIVATE KEY-----\\nMC4CAQAwBQYDK2VwBCIEIA==\\n-----END PRIVATE KEY-----',
       AUDIT_CHECKPOINT_INTERVAL_MS: '1000',
+      BENCH_WITHOUT_INTEGRITY: 'true',
     });
     expect(config).toEqual({
       purpose: 'serve',
@@ -141,6 +143,7 @@ describe('parseConfig', () => {
       audit: {
         signingKey: 'line\n-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----',
         checkpointIntervalMs: 1000,
+        benchWithoutIntegrity: true,
       },
     });
   });

@@ -176,10 +176,16 @@ const toLeaf = (row: LeafRecord): LeafRow => ({
   hash: row.hash,
 });
 
-/** A stream's leaves in a tree of `size`, by version. */
+/**
+ * A stream's leaves in a tree of `size`, by version: found by the stream's index alone, then
+ * filtered. Left to choose, the planner may also range-scan the tree's leaves below `size` (all of
+ * them, as a rule) and intersect the two, which costs the whole tree while the table's statistics
+ * lag behind its growth (seen at 100,000 leaves: 30 ms instead of 1).
+ */
 export async function readStreamLeaves(pool: Queryable, organizationId: string, streamName: string, size: number): Promise<LeafRow[]> {
   const { rows } = await pool.query<LeafRecord>(
-    `SELECT * FROM integrity_leaves WHERE organization_id = $1 AND stream_name = $2 AND leaf_index < $3 ORDER BY version`,
+    `WITH stream_leaves AS MATERIALIZED (SELECT * FROM integrity_leaves WHERE stream_name = $2)
+     SELECT * FROM stream_leaves l WHERE l.organization_id = $1 AND l.leaf_index < $3 ORDER BY l.version`,
     [organizationId, streamName, size],
   );
   return rows.map(toLeaf);

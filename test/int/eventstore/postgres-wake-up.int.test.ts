@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startOfLog } from '../../../src/eventstore/port.js';
@@ -71,5 +72,28 @@ describe('PostgreSQL event store: waking the projector after an append', () => {
     expect(await ownWait).toBeLessThan(10_000);
     // Only its timeout ends the other instance's wait: no notification reached it.
     expect(await elsewhereWait).toBeGreaterThanOrEqual(1400);
+  });
+
+  it('looks again soon, not after the whole wait, for its appended events that an older transaction still hides', async () => {
+    const store = await instance();
+    store.readLocally(() => true);
+    const before = (await store.readLastPosition()) ?? startOfLog;
+    // Another writer's transaction (the integrity tree's, say), begun before the append and still running.
+    const blocker = new pg.Client({ connectionString: url });
+    await blocker.connect();
+    try {
+      await blocker.query('BEGIN');
+      await blocker.query('SELECT pg_current_xact_id()');
+      await append(store);
+      expect(await store.readAll(before, 10)).toEqual([]);
+      // The append's own wake-up ends the first wait; the next one is what the projector waits after reading nothing.
+      await waitOn(store, 30_000);
+      expect(await store.readAll(before, 10)).toEqual([]);
+      expect(await waitOn(store, 30_000)).toBeLessThan(10_000);
+      await blocker.query('COMMIT');
+      expect(await store.readAll(before, 10)).toHaveLength(1);
+    } finally {
+      await blocker.end();
+    }
   });
 });

@@ -14,8 +14,9 @@ describe('provenance and diffs through the app', () => {
   beforeAll(async () => {
     started = await startInMemoryApp({
       queries: {
-        provenance: (kind, id, organizations, asOf, pointer) => recordProvenance(started.store, kind, id, organizations, asOf, pointer),
-        diff: (kind, id, organizations, from, to) => recordDiff(started.store, kind, id, organizations, from, to),
+        provenance: (kind, id, organizations, asOf, pointer) =>
+          recordProvenance(started.store, undefined, kind, id, organizations, asOf, pointer),
+        diff: (kind, id, organizations, from, to) => recordDiff(started.store, undefined, kind, id, organizations, from, to),
       },
     });
     token = await started.token();

@@ -107,6 +107,33 @@ describe('event hashes (contract §16)', () => {
     expect(chainHead([])).toBe(zeroHash);
   });
 
+  it('given covered fields of any kind, hashes their RFC 8785 form, whether written out or through the library', () => {
+    const odd = [
+      { streamName: 'workspace-"quoted"\\', type: 'Wörk\u0000space', metadata: { ...created.metadata, actor: '€\n😀' } },
+      { type: 'lone \ud800 surrogate' },
+      { metadata: { ...created.metadata, schema_version: 2.5 } },
+      { metadata: { ...created.metadata, schema_version: '2', actor: { name: 'mallory' } } },
+      { metadata: { ...created.metadata, occurred_at: null } },
+      { version: 2n ** 60n },
+    ];
+    for (const changes of odd) {
+      const event = { ...created, ...changes };
+      const dataHash = sha256(canonicalJson(event.data));
+      const { schema_version, occurred_at, actor } = event.metadata as Record<string, unknown>;
+      const fields = { stream: event.streamName, version: Number(event.version), type: event.type, schema_version, occurred_at, actor };
+      const outcome = (hash: () => string) => {
+        try {
+          return hash();
+        } catch (error) {
+          return (error as Error).message;
+        }
+      };
+      expect(outcome(() => hashEvent(event, zeroHash).hash)).toBe(
+        outcome(() => sha256(canonicalJson({ ...fields, data_hash: dataHash, previous_hash: zeroHash }))),
+      );
+    }
+  });
+
   it('given any change to a covered field, the hash changes', () => {
     const base = hashEvent(created, zeroHash).hash;
     const changes = [
