@@ -52,6 +52,9 @@ export class HistoryGenerator {
   private readonly activeSolutions = bag<string>();
   readonly streams = new Map<string, number>();
 
+  /** `organizations`: how many organizations the workspaces are spread over, evenly at random. */
+  constructor(private readonly organizations = 100) {}
+
   private context(): CommandContext {
     this.tick += 13n;
     return { actor: `user-${Math.floor(this.random() * 50)}`, requestId: randomUUID(), now: fromMicros(this.tick) };
@@ -96,7 +99,7 @@ export class HistoryGenerator {
     const id = `ws_bench${(this.counter++).toString(36).padStart(16, '0')}`;
     this.workspaces.set(id, { state: initialWorkspaceState, version: 0, solutions: bag() });
     add(this.activeWorkspaces, id);
-    const organizationId = `org_bench${Math.floor(this.random() * 100)}`;
+    const organizationId = `org_bench${Math.floor(this.random() * this.organizations)}`;
     const events = decideWorkspace(
       {
         type: 'CreateWorkspace',
@@ -182,11 +185,11 @@ const endProgress = () => {
 };
 
 /**
- * Writes a history of at least `count` events (whole commands) straight into an empty es_events and
- * es_streams, 20,000 events per statement; then vacuums them.
+ * Writes a history of at least `count` events (whole commands) in `organizations` organizations
+ * straight into an empty es_events and es_streams, 20,000 events per statement; then vacuums them.
  */
-export async function seedPostgresLog(client: pg.Client, count: number): Promise<Seeded> {
-  const generator = new HistoryGenerator();
+export async function seedPostgresLog(client: pg.Client, count: number, organizations?: number): Promise<Seeded> {
+  const generator = new HistoryGenerator(organizations);
   // Event ids in insertion order (a random prefix per run, then a counter): the unique index on
   // them then grows at its end instead of taking every insert at a random place.
   const runPrefix = `${randomUUID().slice(0, 24)}`;

@@ -1,0 +1,96 @@
+/**
+ * The two ends a client of the change feed holds, for the benches and the soak: a webhook receiver
+ * on loopback that answers every delivery at once with 204 and keeps what came, and a reader of a
+ * change stream (Server-Sent Events). Both note when each change arrived, to measure its delay from
+ * the change (`occurred_at`, set by the service on the same machine's clock).
+ */
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createParser } from 'eventsource-parser';
+import { toMicros } from '../src/domain/timestamp.js';
+
+/** Now, in milliseconds since the epoch with a fraction: the wall clock `occurred_at` is read from. */
+const nowMs = () => performance.timeOrigin + performance.now();
+
+/** Milliseconds from a change's `occurred_at` to now. */
+export const delayMs = (occurredAt: string) => nowMs() - Number(toMicros(occurredAt)) / 1000;
+
+export type Received = { path: string; webhookId: string; delayMs: number };
+
+export type Receiver = {
+  url: string;
+  received: Received[];
+  close: () => Promise<void>;
+};
+
+/** A webhook receiver on 127.0.0.1: every POST answered 204 at once, then noted with its path and `webhook-id`. */
+export async function startReceiver(): Promise<Receiver> {
+  const received: Received[] = [];
+  const server: Server = createServer((request, response) => {
+    let body = '';
+    request.setEncoding('utf8');
+    request.on('data', (chunk: string) => (body += chunk));
+    request.on('end', () => {
+      response.writeHead(204).end();
+      const { data } = JSON.parse(body) as { data: { occurred_at: string } };
+      received.push({ path: request.url ?? '/', webhookId: String(request.headers['webhook-id']), delayMs: delayMs(data.occurred_at) });
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    received,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+export type StreamedChange = { id: string; delayMs: number };
+
+/**
+ * `list_changes` as a stream, read until `signal` aborts; each change noted as it arrives.
+ * Resolves once the stream is open (its first comment came), with what it has read so far and
+ * the promise of its end.
+ */
+export async function openChangeStream(
+  serviceUrl: string,
+  token: string,
+  params: Record<string, unknown>,
+  signal: AbortSignal,
+): Promise<{ changes: StreamedChange[]; ended: Promise<void> }> {
+  const response = await fetch(`${serviceUrl}/api`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}`, accept: 'text/event-stream' },
+    body: JSON.stringify({ query: 'list_changes', params }),
+    signal,
+  });
+  if (response.status !== 200) throw new Error(`the change stream answered ${response.status}: ${await response.text()}`);
+  const changes: StreamedChange[] = [];
+  let opened: () => void = () => undefined;
+  const open = new Promise<void>((resolve) => (opened = resolve));
+  const parser = createParser({
+    onEvent: (message) =>
+      changes.push({ id: message.id!, delayMs: delayMs((JSON.parse(message.data) as { occurred_at: string }).occurred_at) }),
+    onComment: () => opened(),
+  });
+  const decoder = new TextDecoder();
+  const ended = (async () => {
+    const reader = response.body!.getReader();
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        parser.feed(decoder.decode(value, { stream: true }));
+      }
+    } catch (error) {
+      // Aborting is how the bench closes its streams; anything else is a failure to report.
+      if (!signal.aborted) throw error;
+    } finally {
+      opened();
+    }
+  })();
+  await open;
+  return { changes, ended };
+}
