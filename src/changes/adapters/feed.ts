@@ -1,4 +1,5 @@
 import type { GlobalPosition } from '../../eventstore/port.js';
+import { waitUnlessAborted } from '../../infra/abort.js';
 import type { Pool } from '../../infra/postgres.js';
 import { pageOf, type ChangePage, type ChangeQuery } from '../feed.js';
 import { readChanges } from './table.js';
@@ -20,12 +21,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
       const rows = await readChanges(pool, query);
       const remaining = deadline - performance.now();
       if (rows.length > 0 || remaining <= 0 || signal?.aborted) return pageOf(rows, query);
-      await Promise.race([progress.waitPast(seen, remaining), abortion(signal)]);
+      await waitUnlessAborted(progress.waitPast(seen, remaining), signal);
     }
   };
-}
-
-/** Settles when `signal` aborts; never without one. */
-function abortion(signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => signal?.addEventListener('abort', () => resolve(), { once: true }));
 }

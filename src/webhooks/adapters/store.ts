@@ -1,6 +1,6 @@
 import { decodeCursor, encodeCursor } from '../../changes/cursor.js';
 import type { ChangeType } from '../../changes/feed.js';
-import { isoMicros, named, type Pool } from '../../infra/postgres.js';
+import { inTransaction, isoMicros, named, type Pool } from '../../infra/postgres.js';
 import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from '../../read/pages.js';
 import { newWebhookSecret } from '../signature.js';
 import { rotationOverlapMs, type Delivery, type DeliveryStatus, type Webhook, type WebhookWithSecret } from '../webhook.js';
@@ -83,14 +83,22 @@ export class WebhookStore {
     return rows[0] && present(rows[0]);
   }
 
+  /**
+   * Its deliveries first, then the webhook: the order in which an attempt's outcome locks them
+   * (WebhookDispatcher.record), so that the two never deadlock. Then whatever an enqueueing round,
+   * which holds the webhook until it commits, added meanwhile.
+   */
   async remove(id: string, organizations: readonly string[]): Promise<boolean> {
-    const { rowCount } = await this.pool.query(
-      `WITH gone AS (DELETE FROM webhooks WHERE id = $1 AND organization_id = ANY($2) RETURNING id)
-       , deliveries AS (DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT id FROM gone))
-       SELECT FROM gone`,
-      [id, organizations],
-    );
-    return rowCount === 1;
+    return inTransaction(this.pool, async (client) => {
+      await client.query(
+        'DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT id FROM webhooks WHERE id = $1 AND organization_id = ANY($2))',
+        [id, organizations],
+      );
+      const { rowCount } = await client.query('DELETE FROM webhooks WHERE id = $1 AND organization_id = ANY($2)', [id, organizations]);
+      if (rowCount !== 1) return false;
+      await client.query('DELETE FROM webhook_deliveries WHERE webhook_id = $1', [id]);
+      return true;
+    });
   }
 
   /** A new secret; the old one keeps signing, beside it, for 24 h. */

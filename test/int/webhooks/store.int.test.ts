@@ -67,4 +67,42 @@ describe('webhook list', () => {
     expect(plan).toContain('"Index Name":"webhooks_by_organization"');
     expect(plan).toContain('"Node Type":"Merge Append"');
   });
+
+  it("deletes a webhook without deadlocking with an attempt's outcome, which locks the delivery first and then the webhook", async () => {
+    const store = new WebhookStore(pool, () => 'wh_deleted');
+    const hook = await store.create({
+      organization_id: 'org_a',
+      url: 'https://example.com/',
+      types: ['WorkspaceCreated'],
+      description: '',
+    });
+    await pool.query(
+      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status)
+       VALUES ($1, 1, 1, 'org_a', 'workspace-ws_1', 'WorkspaceCreated', 'pending')`,
+      [hook.id],
+    );
+    // Connections of their own: the test's pool has one, which the deletion takes.
+    const others = new pg.Pool({ connectionString: pool.options.connectionString, max: 2 });
+    const attempt = await others.connect();
+    try {
+      // A failed attempt's outcome, between its two updates (WebhookDispatcher.record): the delivery locked, the webhook next.
+      await attempt.query('BEGIN');
+      await attempt.query(`UPDATE webhook_deliveries SET status = 'pending' WHERE webhook_id = $1`, [hook.id]);
+      const deletion = store.remove(hook.id, ['org_a']);
+      const blocked = async () =>
+        (
+          await others.query<{ n: number }>(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+          )
+        ).rows[0]!.n > 0;
+      for (let i = 0; i < 250 && !(await blocked()); i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      await attempt.query('UPDATE webhooks SET failing_since = now() WHERE id = $1', [hook.id]);
+      await attempt.query('COMMIT');
+      expect(await deletion).toBe(true);
+      expect((await pool.query('SELECT count(*)::int AS n FROM webhook_deliveries WHERE webhook_id = $1', [hook.id])).rows[0].n).toBe(0);
+    } finally {
+      attempt.release();
+      await others.end();
+    }
+  });
 });
