@@ -15,11 +15,14 @@ const nowMs = () => performance.timeOrigin + performance.now();
 /** Milliseconds from a change's `occurred_at` to now. */
 export const delayMs = (occurredAt: string) => nowMs() - Number(toMicros(occurredAt)) / 1000;
 
-export type Received = { path: string; webhookId: string; delayMs: number };
+/** One delivery as it came: its path (which webhook), its `webhook-id`, its delay from the change, and when (performance.now()). */
+export type Received = { path: string; webhookId: string; delayMs: number; at: number };
 
 export type Receiver = {
   url: string;
   received: Received[];
+  /** Down for `ms`: connections dropped and refused, then listening again on the same port. */
+  down: (ms: number) => Promise<void>;
   close: () => Promise<void>;
 };
 
@@ -33,17 +36,31 @@ export async function startReceiver(): Promise<Receiver> {
     request.on('end', () => {
       response.writeHead(204).end();
       const { data } = JSON.parse(body) as { data: { occurred_at: string } };
-      received.push({ path: request.url ?? '/', webhookId: String(request.headers['webhook-id']), delayMs: delayMs(data.occurred_at) });
+      received.push({
+        path: request.url ?? '/',
+        webhookId: String(request.headers['webhook-id']),
+        delayMs: delayMs(data.occurred_at),
+        at: performance.now(),
+      });
     });
   });
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const listen = (port: number) => new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve));
+  const close = () => {
+    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+    server.closeAllConnections();
+    return closed;
+  };
+  await listen(0);
+  const { port } = server.address() as AddressInfo;
   return {
-    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    url: `http://127.0.0.1:${port}`,
     received,
-    close: () => {
-      server.closeAllConnections();
-      return new Promise((resolve) => server.close(() => resolve()));
+    down: async (ms) => {
+      await close();
+      await new Promise((resolve) => setTimeout(resolve, ms));
+      await listen(port);
     },
+    close,
   };
 }
 

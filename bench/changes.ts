@@ -94,14 +94,13 @@ try {
   out(`projected the log in ${(caughtUpMs / 1000).toFixed(1)} s (the change table filled by the projector)`);
   receiver = await startReceiver();
   const http = new HttpPool(service.url, { connections: settings.clients + 4 });
-  const rows: [string, string][] = [];
-  rows.push(['list_changes, page of 100, one organization', await pageChanges(service, http)]);
-  rows.push(...(await deliveryDelays(service, http, receiver)));
-  rows.push([`create_workspace with ${webhookCount} webhooks and ${streamCount} streams`, await throughput(service, http, receiver)]);
-  await http.close();
   out(`event store PostgreSQL; ${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded PostgreSQL'}, database ${databaseName}`);
-  const width = Math.max(...rows.map(([name]) => name.length));
-  for (const [name, value] of rows) out(`${name.padEnd(width)}  ${value}`);
+  // Each figure as soon as it is measured: a later part that fails does not take it along.
+  const show = (name: string, value: string) => out(`${name.padEnd(52)}  ${value}`);
+  show('list_changes, page of 100, one organization', await pageChanges(service, http));
+  for (const [name, value] of await deliveryDelays(service, http, receiver)) show(name, value);
+  show(`create_workspace with ${webhookCount} webhooks and ${streamCount} streams`, await throughput(service, http, receiver));
+  await http.close();
 } catch (error) {
   if (service) process.stderr.write(`service output:\n${service.output()}\n`);
   throw error;
