@@ -26,11 +26,10 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { parseConfig } from '../src/config.js';
 import { comparePositions, encodePosition, startOfLog, type GlobalPosition } from '../src/eventstore/port.js';
-import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { readCheckpoint } from '../src/projections/tables.js';
 import { openStores } from '../src/runtime/stores.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
-import { databaseUrl as databaseUrlOn, finishBenchDatabase } from './databases.js';
+import { finishBenchDatabase, openBenchDatabase } from './databases.js';
 import { percentile } from './statistics.js';
 import { startStandInProcess } from './stand-in-process.js';
 import { appendsInFlight, seedEventStoreDB, seedPostgresLog } from './seeded-history.js';
@@ -51,10 +50,6 @@ if (!['postgres', 'eventstoredb'].includes(values['event-store']!) || !Number.is
   process.exit(2);
 }
 const databaseName = values.database ?? `bench_catch_up_${Date.now()}`;
-if (!/^[a-z_][a-z0-9_]*$/.test(databaseName)) {
-  process.stderr.write(`not a plain database name: ${databaseName}\n${usage}`);
-  process.exit(2);
-}
 
 const logger = pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2));
 const out = (line: string) => process.stdout.write(`${line}\n`);
@@ -82,16 +77,12 @@ type SeededLog = {
   seeding: string;
 };
 
-const embedded = process.env.DATABASE_URL
-  ? undefined
-  : await startEmbeddedPostgres(process.env.DATA_DIR || path.join(tmpdir(), 'wsapi-bench-catch-up'), logger);
-const serverUrl = process.env.DATABASE_URL ?? embedded!.url;
-const databaseUrl = databaseUrlOn(serverUrl, databaseName);
-const admin = new pg.Client({ connectionString: serverUrl });
-await admin.connect();
-if ((await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [databaseName])).rowCount === 0) {
-  await admin.query(`CREATE DATABASE ${databaseName}`);
-}
+const { embedded, admin, databaseUrl } = await openBenchDatabase({
+  name: databaseName,
+  usage,
+  defaultDataDir: path.join(tmpdir(), 'wsapi-bench-catch-up'),
+  logger,
+});
 const standIn = onEventStoreDB ? await startStandInProcess() : undefined;
 
 // The stores as every process opens them (src/runtime/stores.ts): the schema brought up to date, the adapter to seed through.

@@ -1,5 +1,6 @@
-import type pg from 'pg';
-import type { EmbeddedDatabase } from '../src/infra/embedded-postgres.js';
+import pg from 'pg';
+import type { Logger } from 'pino';
+import { startEmbeddedPostgres, type EmbeddedDatabase } from '../src/infra/embedded-postgres.js';
 
 /** The URL of database `name` on the server `serverUrl` names (its credentials and options kept). */
 export function databaseUrl(serverUrl: string, name: string): string {
@@ -29,4 +30,29 @@ export async function finishBenchDatabase(options: {
   await admin.end();
   await settle();
   await embedded?.stop();
+}
+
+/**
+ * A bench's own database, named `name` (validated: it goes into SQL as it is), on DATABASE_URL's
+ * server or else an embedded one on DATA_DIR (default `defaultDataDir`); created unless it exists.
+ * An invalid name ends the process with `usage`.
+ */
+export async function openBenchDatabase(options: { name: string; usage: string; defaultDataDir: string; logger: Logger }): Promise<{
+  embedded: EmbeddedDatabase | undefined;
+  admin: pg.Client;
+  databaseUrl: string;
+}> {
+  const { name, usage, defaultDataDir, logger } = options;
+  if (!/^[a-z_][a-z0-9_]*$/.test(name)) {
+    process.stderr.write(`not a plain database name: ${name}\n${usage}`);
+    process.exit(2);
+  }
+  const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(process.env.DATA_DIR || defaultDataDir, logger);
+  const serverUrl = process.env.DATABASE_URL ?? embedded!.url;
+  const admin = new pg.Client({ connectionString: serverUrl });
+  await admin.connect();
+  if ((await admin.query('SELECT 1 FROM pg_database WHERE datname = $1', [name])).rowCount === 0) {
+    await admin.query(`CREATE DATABASE ${name}`);
+  }
+  return { embedded, admin, databaseUrl: databaseUrl(serverUrl, name) };
 }

@@ -55,7 +55,7 @@ export class HistoryGenerator {
   /** Each stream's last hash: events carry their hashes (contract §16) as the service appends them. */
   private readonly lastHashes = new Map<string, string>();
 
-  /** `organizations`: how many the workspaces are spread over (bench:audit puts a whole log in one). */
+  /** `organizations`: how many the workspaces are spread over, evenly at random (bench:audit puts a whole log in one). */
   constructor(private readonly organizations = 100) {}
 
   private context(): CommandContext {
@@ -193,8 +193,8 @@ const endProgress = () => {
 };
 
 /**
- * Writes a history of at least `count` events (whole commands) straight into an empty es_events and
- * es_streams, 20,000 events per statement; then vacuums them.
+ * Writes a history of at least `count` events (whole commands) in `organizations` organizations
+ * straight into an empty es_events and es_streams, 20,000 events per statement; then vacuums them.
  */
 export async function seedPostgresLog(client: pg.Client, count: number, organizations?: number): Promise<Seeded> {
   const generator = new HistoryGenerator(organizations);

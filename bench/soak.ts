@@ -2,13 +2,19 @@
  * `npm run soak`: two service processes on one PostgreSQL under mixed load, broken the way an
  * operator would break them, bounded in time, and then checked. What it measures is
  * probabilistic, so it is a command and not a test (the crash tests in test/e2e/crashes.e2e.test.ts
- * are its deterministic counterparts).
+ * and webhook-crash.e2e.test.ts are its deterministic counterparts).
  *
  * Load: clients create, update and delete their own workspaces; a third of the commands carry an
- * Idempotency-Key and are retried with it, on either instance, until they are answered.
- * Faults, in turn: `kill -9` of an instance (restarted), `SIGSTOP` of the projector leader for
- * 10 s, every service connection terminated. Then: events doubled by a keyed retry (must be 0),
- * `projections:verify` differences (must be 0), and the figures below.
+ * Idempotency-Key and are retried with it, on either instance, until they are answered. Two
+ * webhooks on the organization deliver every change to a receiver in this process, which counts
+ * deliveries per webhook and `webhook-id`.
+ * Faults, in turn, every 6 s: `kill -9` of an instance (restarted), `SIGSTOP` of the projector
+ * leader for 10 s, every service connection terminated, PostgreSQL unreachable for 5 s (the
+ * instances reach it through a TCP proxy that drops their connections and refuses new ones; the
+ * server itself, possibly shared, is not restarted), the webhook receiver down for 5 s, and with
+ * EventStoreDB the stand-in stopped for 5 s. Then: events doubled by a keyed retry (must be 0),
+ * `projections:verify` differences (must be 0), changes never delivered to a webhook (must be 0),
+ * deliveries repeated with no crash or lost connection before them (must be 0), and the figures below.
  *
  *   npm run soak -- [--seconds 60] [--event-store postgres|eventstoredb] [--clients 8] [--seed 1]
  */
@@ -18,15 +24,18 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { pino } from 'pino';
+import { encodeCursor } from '../src/changes/cursor.js';
 import { EventStoreDBEventStore } from '../src/eventstore/eventstoredb.js';
 import { startOfLog, type EventStore } from '../src/eventstore/port.js';
 import { PostgresEventStore } from '../src/eventstore/postgres.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { createPool, PgListener } from '../src/infra/postgres.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../src/projections/verify.js';
+import { CuttableProxy } from '../test/support/cuttable-proxy.js';
 import { EventStoreDBStandIn } from '../test/support/eventstoredb-standin/index.js';
 import { seededRandom } from '../test/support/generate.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
+import { startReceiver } from './change-receivers.js';
 
 const { values } = parseArgs({
   options: {
@@ -60,12 +69,27 @@ await admin.query(`CREATE DATABASE ${databaseName}`);
 await admin.end();
 const databaseUrl = Object.assign(new URL(adminUrl), { pathname: `/${databaseName}` }).toString();
 const standIn = onEventStoreDB ? await EventStoreDBStandIn.start() : undefined;
-const where = { databaseUrl, eventStoreUrl: standIn?.url };
+// The instances reach PostgreSQL through the proxy; the soak's own checks go straight to it.
+const proxy = new CuttableProxy({ host: new URL(adminUrl).hostname, port: Number(new URL(adminUrl).port || 5432) });
+await proxy.open();
+const where = { databaseUrl: Object.assign(new URL(databaseUrl), { port: String(proxy.port) }).toString(), eventStoreUrl: standIn?.url };
+/** An attempt's timeout; its lease is 30 s longer (src/webhooks/adapters/dispatcher.ts). */
+const webhookTimeoutMs = 2000;
+const env = {
+  PROJECTION_WAIT_MS: String(projectionWaitMs),
+  WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+  WEBHOOK_TIMEOUT_MS: String(webhookTimeoutMs),
+  // Short enough to finish within the soak, long enough (about 3 minutes) to outlast any fault.
+  WEBHOOK_RETRY_SCHEDULE: '1s,2s,4s,8s,15s,30s,30s,30s,30s,30s',
+};
+const startInstance = () => startServiceProcess({ ...where, env });
 
-const instances: ServiceProcess[] = [await startServiceProcess({ ...where, env: { PROJECTION_WAIT_MS: String(projectionWaitMs) } })];
-instances.push(await startServiceProcess({ ...where, env: { PROJECTION_WAIT_MS: String(projectionWaitMs) } }));
+const instances: ServiceProcess[] = [await startInstance()];
+instances.push(await startInstance());
 const token = await instances[0]!.token([org], 'soak-client');
 const database = new pg.Pool({ connectionString: databaseUrl, max: 2 });
+const receiver = await startReceiver();
+const webhookPaths = ['/first', '/second'];
 
 /**
  * Each process's freezes and thaws so far: odd while it is frozen. A call to a process frozen at
@@ -106,7 +130,13 @@ const figures = {
   kills: 0,
   terminations: 0,
   freezes: 0,
+  databaseCuts: 0,
+  receiverOutages: 0,
+  eventStoreOutages: 0,
 };
+
+/** When each fault that may cut an attempt between its sending and its recording began (performance.now()). */
+const cuts: { kind: 'crash' | 'connections lost'; at: number }[] = [];
 
 let stopping = false;
 const pick = <T>(items: T[]) => items[Math.floor(random() * items.length)]!;
@@ -167,17 +197,19 @@ async function leaderInstance(): Promise<{ instance: ServiceProcess; pid: number
 }
 
 async function faults(): Promise<void> {
-  const kinds = ['kill', 'freeze', 'terminate'] as const;
+  const kinds = ['kill', 'freeze', 'terminate', 'database', 'receiver', ...(standIn ? (['event store'] as const) : [])] as const;
+  const outageMs = 5000;
   for (let round = 0; !stopping; round++) {
     await sleep(6000);
     if (stopping) return;
     const kind = kinds[round % kinds.length]!;
     if (kind === 'kill') {
       const victim = pick(live());
+      cuts.push({ kind: 'crash', at: performance.now() });
       await victim.signal('SIGKILL');
       figures.kills += 1;
       instances.splice(instances.indexOf(victim), 1);
-      instances.push(await startServiceProcess({ ...where, env: { PROJECTION_WAIT_MS: String(projectionWaitMs) } }));
+      instances.push(await startInstance());
     } else if (kind === 'freeze') {
       const leader = await leaderInstance();
       if (!leader) continue;
@@ -196,17 +228,36 @@ async function faults(): Promise<void> {
       await sleep(Math.max(0, 10_000 - (performance.now() - frozenAt)));
       await leader.instance.signal('SIGCONT');
       flip(leader.instance);
-    } else {
+    } else if (kind === 'terminate') {
+      cuts.push({ kind: 'connections lost', at: performance.now() });
       await database.query(
         'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
       );
       figures.terminations += 1;
+    } else if (kind === 'database') {
+      cuts.push({ kind: 'connections lost', at: performance.now() });
+      await proxy.cut();
+      figures.databaseCuts += 1;
+      await sleep(outageMs);
+      await proxy.open();
+    } else if (kind === 'receiver') {
+      figures.receiverOutages += 1;
+      await receiver.down(outageMs);
+    } else {
+      figures.eventStoreOutages += 1;
+      await standIn!.stop();
+      await sleep(outageMs);
+      await standIn!.restart();
     }
   }
 }
 
 let exitCode = 0;
 try {
+  for (const webhookPath of webhookPaths) {
+    const created = await call(instances[0]!, 'create_webhook', { organization_id: org, url: `${receiver.url}${webhookPath}` });
+    if (created.status !== 200) throw new Error(`create_webhook answered ${created.status}`);
+  }
   const load = Array.from({ length: clients }, () => client());
   const breaking = faults();
   await sleep(seconds * 1000);
@@ -220,6 +271,8 @@ try {
   await listener.start();
   const store: EventStore = standIn ? new EventStoreDBEventStore(standIn.url, { logger }) : new PostgresEventStore(pool, listener);
   const commandIds = new Map<string, number>();
+  /** Every change in the log, as its id: the soak writes only to `org`, whose webhooks were made before any change. */
+  const changeIds: string[] = [];
   let events = 0;
   for (let after = startOfLog; ;) {
     const page = await store.readAll(after, 1000);
@@ -227,6 +280,7 @@ try {
     for (const event of page) {
       const commandId = (event.metadata as { command_id?: string }).command_id;
       if (commandId) commandIds.set(commandId, (commandIds.get(commandId) ?? 0) + 1);
+      changeIds.push(encodeCursor(event.position));
     }
     events += page.length;
     after = page[page.length - 1]!.position;
@@ -236,6 +290,7 @@ try {
   await store.close();
   await listener.close();
   await pool.end();
+  const webhooks = await deliveriesSettled(changeIds);
 
   const replaced = figures.frozenLeaderReplacedMs;
   const rows: [string, string][] = [
@@ -248,6 +303,12 @@ try {
     ['keyed commands never answered', String(figures.unanswered)],
     ['events doubled by a keyed retry', String(doubled)],
     ['projections:verify differences', String(differences.length)],
+    [
+      'webhook faults',
+      `${figures.databaseCuts} PostgreSQL unreachable (5 s), ${figures.receiverOutages} receiver down (5 s)` +
+        (standIn ? `, ${figures.eventStoreOutages} event store stopped (5 s)` : ''),
+    ],
+    ...webhooks.rows,
     ['longest wait from a keyed failure to its answer', `${(figures.longestKeyedRecoveryMs / 1000).toFixed(2)} s`],
     ['frozen leader replaced after', replaced.length ? replaced.map((ms) => `${(ms / 1000).toFixed(2)} s`).join(', ') : 'no freeze'],
     [
@@ -258,12 +319,54 @@ try {
   const width = Math.max(...rows.map(([name]) => name.length));
   for (const [name, value] of rows) process.stdout.write(`${name.padEnd(width)}  ${value}\n`);
   for (const difference of differences.slice(0, 10)) process.stdout.write(`  difference: ${difference}\n`);
-  if (doubled > 0 || differences.length > 0 || figures.unanswered > 0) exitCode = 1;
+  if (doubled > 0 || differences.length > 0 || figures.unanswered > 0 || webhooks.failed) exitCode = 1;
 } finally {
   await Promise.all(instances.map((instance) => instance.signal('SIGCONT').then(() => instance.signal('SIGKILL'))));
   await database.end();
+  await receiver.close();
+  await proxy.cut();
   await standIn?.stop();
   await embedded?.stop();
   rmSync(dataDir, { recursive: true, force: true });
 }
 process.exit(exitCode);
+
+/**
+ * Waits (up to 3 minutes: a lease left by a killed instance runs out after the attempt's timeout
+ * and 30 s, and a failed attempt waits out its retry) until each webhook has received every
+ * change; then counts, per webhook, what never came and what came more than once. A repeat is
+ * put down to the last crash or lost connection that began before it (and at most one attempt's
+ * timeout before the delivery it repeats): anything else is a repeat the contract does not allow.
+ */
+async function deliveriesSettled(changeIds: string[]): Promise<{ rows: [string, string][]; failed: boolean }> {
+  const receivedBy = (webhookPath: string) => {
+    const times = new Map<string, number[]>();
+    for (const delivery of receiver.received) {
+      if (delivery.path === webhookPath) times.set(delivery.webhookId, [...(times.get(delivery.webhookId) ?? []), delivery.at]);
+    }
+    return times;
+  };
+  const complete = () => webhookPaths.every((webhookPath) => changeIds.every((id) => receivedBy(webhookPath).has(id)));
+  for (const until = performance.now() + 180_000; !complete() && performance.now() < until;) await sleep(500);
+  const rows: [string, string][] = [['changes to deliver to each webhook', String(changeIds.length)]];
+  let failed = false;
+  for (const webhookPath of webhookPaths) {
+    const times = receivedBy(webhookPath);
+    const lost = changeIds.filter((id) => !times.has(id)).length;
+    const repeats = { crash: 0, 'connections lost': 0, unexplained: 0 };
+    for (const at of times.values()) {
+      for (let i = 1; i < at.length; i++) {
+        const cause = cuts.findLast((cut) => cut.at >= at[i - 1]! - webhookTimeoutMs && cut.at <= at[i]!);
+        repeats[cause?.kind ?? 'unexplained'] += 1;
+      }
+    }
+    const deliveries = [...times.values()].reduce((sum, at) => sum + at.length, 0);
+    rows.push([
+      `webhook ${webhookPath}`,
+      `${deliveries} deliveries of ${times.size} changes, ${lost} lost; repeated (same webhook-id): ${repeats.crash} after a kill -9, ` +
+        `${repeats['connections lost']} after lost database connections, ${repeats.unexplained} with neither`,
+    ]);
+    if (lost > 0 || repeats.unexplained > 0) failed = true;
+  }
+  return { rows, failed };
+}

@@ -66,6 +66,8 @@ const environmentSchema = z
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     CHANGE_STREAMS_PER_CALLER: integer(10, 1, 10_000),
+    // At most the contract's 15 s; the default leaves room for the query and the network.
+    CHANGE_STREAM_HEARTBEAT_MS: integer(10_000, 100, 15_000),
     WEBHOOK_TIMEOUT_MS: integer(15_000, 100, 600_000),
     WEBHOOK_RETRY_SCHEDULE: z.preprocess(
       emptyAsUndefined,
@@ -144,6 +146,8 @@ export type Config = Readonly<{
   rateLimitPerMinute: number;
   /** Open change streams (contract §14) per caller (`sub`) and instance; one more is refused with 429. */
   changeStreamsPerCaller: number;
+  /** An idle change stream gets a comment after this long without a change. */
+  changeStreamHeartbeatMs: number;
   webhooks: Readonly<{
     /** An attempt fails without a 2xx within this long. */
     timeoutMs: number;
@@ -214,6 +218,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
     changeStreamsPerCaller: env.CHANGE_STREAMS_PER_CALLER,
+    changeStreamHeartbeatMs: env.CHANGE_STREAM_HEARTBEAT_MS,
     webhooks: Object.freeze({
       timeoutMs: env.WEBHOOK_TIMEOUT_MS,
       retrySchedule: Object.freeze(parseSchedule(env.WEBHOOK_RETRY_SCHEDULE)!),

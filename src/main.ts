@@ -48,6 +48,7 @@ async function main(): Promise<void> {
     bodyLimitBytes: config.bodyLimitBytes,
     rateLimitPerMinute: config.rateLimitPerMinute,
     changeStreamsPerCaller: config.changeStreamsPerCaller,
+    changeStreamHeartbeatMs: config.changeStreamHeartbeatMs,
     serveMetrics: config.metrics.port === undefined,
   });
   let metricsServer: MetricsServer | undefined;

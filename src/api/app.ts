@@ -42,6 +42,8 @@ export type AppOptions = {
   serveMetrics: boolean;
   /** Open change streams per caller (default 10). */
   changeStreamsPerCaller?: number;
+  /** A comment on an idle change stream after this long (default 10 s). */
+  changeStreamHeartbeatMs?: number;
 };
 
 declare module 'fastify' {
@@ -108,7 +110,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientErrorHandler: answerClientError,
   });
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
-  const changeStreams = new ChangeStreams(options.changeStreamsPerCaller ?? 10, services.metrics.changeStreamsOpen);
+  const changeStreams = new ChangeStreams(
+    options.changeStreamsPerCaller ?? 10,
+    services.metrics.changeStreamsOpen,
+    options.changeStreamHeartbeatMs,
+  );
   observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics, isOperationName });
 
   acceptJsonBodies(app);

@@ -16,9 +16,6 @@ import { ServiceError } from '../errors.js';
 /** The stream's form of a request: `Accept` naming text/event-stream. */
 export const wantsEventStream = (request: FastifyRequest): boolean => /\btext\/event-stream\b/i.test(request.headers.accept ?? '');
 
-/** Well under the contract's 15 s, so a comment arrives in time whatever the network adds. */
-const defaultHeartbeatMs = 10_000;
-
 export type ChangeStreamRequest = {
   subject: string;
   expiresAt: number;
@@ -33,7 +30,7 @@ export class ChangeStreams {
   constructor(
     private readonly limitPerCaller: number,
     private readonly openStreams: Gauge,
-    private readonly heartbeatMs = defaultHeartbeatMs,
+    private readonly heartbeatMs = 10_000,
   ) {}
 
   /** Ends every stream (the service is stopping): each client reconnects elsewhere with Last-Event-ID. */

@@ -50,6 +50,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
     bodyLimitBytes: config.bodyLimitBytes,
     rateLimitPerMinute: config.rateLimitPerMinute,
     changeStreamsPerCaller: config.changeStreamsPerCaller,
+    changeStreamHeartbeatMs: config.changeStreamHeartbeatMs,
     serveMetrics: config.metrics.port === undefined,
   });
   await app.listen({ port: 0, host: '127.0.0.1' });

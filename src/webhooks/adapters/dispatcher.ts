@@ -199,7 +199,11 @@ export class WebhookDispatcher {
     await this.record(delivery, status, problem, (performance.now() - started) / 1000);
   }
 
-  /** Writes an attempt's outcome under its lease; a lease taken over meanwhile (this instance was frozen past it) writes nothing. */
+  /**
+   * Writes an attempt's outcome under its lease; a lease taken over meanwhile (this instance was
+   * frozen past it) writes nothing. The delivery's row is locked before the webhook's, as a
+   * deletion of the webhook does too (WebhookStore.remove).
+   */
   private async record(delivery: Leased, status: number | undefined, problem: string | undefined, seconds: number): Promise<void> {
     const outcome = problem === undefined ? outcomeOf(status) : status === 410 ? 'gone' : 'failed';
     const delay = outcome === 'failed' ? retryDelay(this.settings.retrySchedule, delivery.attempts, Math.random()) : undefined;
@@ -220,7 +224,10 @@ export class WebhookDispatcher {
            WHEN $10 THEN 'gone'
            WHEN NOT $9 AND COALESCE(failing_since, now()) < now() - make_interval(secs => $11::float8 / 1000) THEN 'failing'
          END
-       WHERE id IN (SELECT webhook_id FROM delivery)`,
+       -- A success on a webhook that was not failing changes nothing in its row: left alone, it is
+       -- neither locked (attempts side by side would queue on it, and a deletion holding it would
+       -- deadlock with them) nor written again once per delivery.
+       WHERE id IN (SELECT webhook_id FROM delivery) AND NOT ($9 AND failing_since IS NULL)`,
       [
         ...key,
         next,

@@ -1,7 +1,7 @@
 import { decodeCursor, encodeCursor } from '../../changes/cursor.js';
 import type { ChangeType } from '../../changes/feed.js';
-import { isoMicros, type Pool } from '../../infra/postgres.js';
-import type { Page, PageRequest } from '../../read/pages.js';
+import { inTransaction, isoMicros, named, type Pool } from '../../infra/postgres.js';
+import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from '../../read/pages.js';
 import { newWebhookSecret } from '../signature.js';
 import { rotationOverlapMs, type Delivery, type DeliveryStatus, type Webhook, type WebhookWithSecret } from '../webhook.js';
 
@@ -47,15 +47,25 @@ export class WebhookStore {
     return rows[0] && present(rows[0]);
   }
 
+  /**
+   * One statement, so the total and the items come from the same snapshot; the page is found as
+   * the other lists find theirs (src/read/pages.ts), on the partial index webhooks_by_organization.
+   */
   async list(organizations: readonly string[], request: PageRequest): Promise<Page<Webhook>> {
-    const [{ rows: items }, { rows: counted }] = await Promise.all([
-      this.pool.query<Row>(
-        `SELECT ${webhookColumns} FROM webhooks WHERE organization_id = ANY($1) ORDER BY created_at, id OFFSET $2 LIMIT $3`,
-        [organizations, (BigInt(request.page - 1) * BigInt(request.size)).toString(), request.size],
+    const { rows } = await this.pool.query<Row & { total: string; sort_at: unknown }>(
+      named(
+        `WITH page AS (${pageIdsAcrossOrganizations('webhooks', organizations, 4, 'NOT deleted')})
+         SELECT c.total, w.* FROM
+           (SELECT count(*)::text AS total FROM webhooks WHERE organization_id = ANY($1) AND NOT deleted) c
+           LEFT JOIN LATERAL (
+             SELECT ${webhookColumns}, webhooks.created_at AS sort_at FROM page JOIN webhooks USING (id)
+           ) w ON true
+         ORDER BY w.sort_at, w.id`,
+        [organizations, offsetOf(request), request.size, ...organizations],
       ),
-      this.pool.query<{ total: string }>('SELECT count(*)::text AS total FROM webhooks WHERE organization_id = ANY($1)', [organizations]),
-    ]);
-    return { total: Number(counted[0]?.total ?? 0), page: request.page, size: request.size, items: items.map(present) };
+    );
+    const page = toPage(rows, request, (row) => row.id !== null);
+    return { ...page, items: page.items.map(present) };
   }
 
   /** Enabling again clears why it was disabled and its failing time, so it gets its days again. */
@@ -73,14 +83,22 @@ export class WebhookStore {
     return rows[0] && present(rows[0]);
   }
 
+  /**
+   * Its deliveries first, then the webhook: the order in which an attempt's outcome locks them
+   * (WebhookDispatcher.record), so that the two never deadlock. Then whatever an enqueueing round,
+   * which holds the webhook until it commits, added meanwhile.
+   */
   async remove(id: string, organizations: readonly string[]): Promise<boolean> {
-    const { rowCount } = await this.pool.query(
-      `WITH gone AS (DELETE FROM webhooks WHERE id = $1 AND organization_id = ANY($2) RETURNING id)
-       , deliveries AS (DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT id FROM gone))
-       SELECT FROM gone`,
-      [id, organizations],
-    );
-    return rowCount === 1;
+    return inTransaction(this.pool, async (client) => {
+      await client.query(
+        'DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT id FROM webhooks WHERE id = $1 AND organization_id = ANY($2))',
+        [id, organizations],
+      );
+      const { rowCount } = await client.query('DELETE FROM webhooks WHERE id = $1 AND organization_id = ANY($2)', [id, organizations]);
+      if (rowCount !== 1) return false;
+      await client.query('DELETE FROM webhook_deliveries WHERE webhook_id = $1', [id]);
+      return true;
+    });
   }
 
   /** A new secret; the old one keeps signing, beside it, for 24 h. */
@@ -109,7 +127,7 @@ export class WebhookStore {
          WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2)
          -- Qualified: the bare names would sort by the selected text columns, where '1011' < '301'.
          ORDER BY webhook_deliveries.commit_position, webhook_deliveries.prepare_position OFFSET $3 LIMIT $4`,
-        [id, status ?? null, (BigInt(request.page - 1) * BigInt(request.size)).toString(), request.size],
+        [id, status ?? null, offsetOf(request), request.size],
       ),
       this.pool.query<{ total: string }>(
         'SELECT count(*)::text AS total FROM webhook_deliveries WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2)',

@@ -1,3 +1,4 @@
+import { getEventListeners } from 'node:events';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createChangeFeed } from '../../../src/changes/adapters/feed.js';
@@ -117,5 +118,17 @@ describe('the changes table', () => {
     wake!();
     const woken = await waiting;
     expect(woken.items.map((change) => [change.type, change.version, change.organization_id])).toEqual([['WorkspaceUpdated', 8, 'org_a']]);
+  });
+
+  it("leaves nothing on the caller's signal once it has answered, however often it waited (a stream waits on one signal for hours)", async () => {
+    const progress = {
+      current: { commit, prepare: 0n },
+      waitPast: (_position: GlobalPosition, timeoutMs: number) =>
+        new Promise<boolean>((resolve) => setTimeout(() => resolve(false), timeoutMs)),
+    };
+    const feed = createChangeFeed(pool, progress);
+    const { signal } = new AbortController();
+    for (let i = 0; i < 12; i++) await feed(query({ after: { commit, prepare: 0n } }), 5, signal);
+    expect(getEventListeners(signal, 'abort')).toHaveLength(0);
   });
 });

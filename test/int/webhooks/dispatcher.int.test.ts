@@ -22,13 +22,15 @@ describe('webhook delivery', () => {
   const received: ReceivedDelivery[] = [];
   let secret = '';
   let answer = 200;
+  /** While set, answers wait for it. */
+  let held: Promise<void> | undefined;
   let ids = 0;
   const store = () => new WebhookStore(pool, () => `wh_${++ids}`);
   const metadata = { actor: 'alice', request_id: 'r', occurred_at: '2026-11-25T10:00:00.000000Z', schema_version: 2 };
   let commit = 0n;
   const idle = { current: startOfLog, waitPast: (_: unknown, ms: number) => new Promise<boolean>((r) => setTimeout(() => r(false), ms)) };
   const settings = (overrides: Partial<DispatcherSettings> = {}): DispatcherSettings => ({
-    timeoutMs: 1000,
+    timeoutMs: 10_000,
     retrySchedule: [50, 50, 50],
     disableAfterMs: 3_600_000,
     allowPrivateTargets: true,
@@ -63,8 +65,9 @@ describe('webhook delivery', () => {
     pool = new pg.Pool({ connectionString: await createTestDatabase(), max: 10 });
     await migrate(pool, { eventStore: false });
     server = createServer((request, response) => {
-      void readDelivery(request, secret).then((delivery) => {
+      void readDelivery(request, secret).then(async (delivery) => {
         received.push(delivery);
+        await held;
         response.writeHead(answer).end();
       });
     });
@@ -135,5 +138,30 @@ describe('webhook delivery', () => {
     await dispatcher.stop();
     expect(await store().get(hook.id, ['org_three'])).toMatchObject({ enabled: false, disabled_reason: 'failing' });
     answer = 200;
+  });
+
+  it("records a success without touching the webhook's row, so it never waits for it (nor deadlocks with a deletion)", async () => {
+    received.length = 0;
+    const hook = await store().create({ organization_id: 'org_four', url, types: ['WorkspaceCreated'], description: '' });
+    secret = hook.secret;
+    let release: () => void = () => undefined;
+    held = new Promise((resolve) => (release = resolve));
+    const dispatcher = new WebhookDispatcher(pool, idle, settings(), logger, {}, 20);
+    dispatcher.start();
+    await project('org_four', 1);
+    await until(() => received.length === 1);
+    // The attempt is out; the webhook's row is locked, as an update or a deletion of it would lock it.
+    const locker = await pool.connect();
+    await locker.query('BEGIN');
+    await locker.query('SELECT FROM webhooks WHERE id = $1 FOR UPDATE', [hook.id]);
+    release();
+    const status = async () => (await store().deliveries(hook.id, ['org_four'], { page: 1, size: 1 }, undefined))!.items[0]?.status;
+    await until(async () => (await status()) === 'succeeded', 3000);
+    const recorded = await status();
+    await locker.query('ROLLBACK');
+    locker.release();
+    held = undefined;
+    await dispatcher.stop();
+    expect(recorded).toBe('succeeded');
   });
 });

@@ -1,0 +1,85 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { createTestDatabase } from '../support/database.js';
+import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
+import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
+import { jsonHeaders } from './helpers.js';
+
+/**
+ * Contract §14, the stream's life with a real service process: an idle stream gets a comment at
+ * least every `CHANGE_STREAM_HEARTBEAT_MS`, and SIGTERM ends every open stream cleanly (the client
+ * reads its end) without holding the process's exit.
+ */
+describe('change stream life', () => {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+  });
+
+  async function startService(env: Record<string, string> = {}): Promise<ServiceProcess> {
+    const databaseUrl = await prepareReadDatabase(await createTestDatabase());
+    const service = await startServiceProcess({ databaseUrl, eventStoreUrl: await eventStoreUrlFor(databaseUrl), env });
+    cleanups.push(() => service.signal('SIGKILL'));
+    return service;
+  }
+
+  const openStream = async (service: ServiceProcess) => {
+    const token = await service.token(['org_stream_life']);
+    const response = await fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { ...jsonHeaders(token), accept: 'text/event-stream' },
+      body: JSON.stringify({ query: 'list_changes', params: { organization_id: 'org_stream_life' } }),
+    });
+    expect(response.status).toBe(200);
+    return response.body!.getReader();
+  };
+
+  /** The stream's blocks (text between blank lines) until `enough` says stop or the stream ends; `ended` tells which. */
+  async function readBlocks(
+    reader: ReadableStreamDefaultReader<Uint8Array>,
+    enough: (blocks: string[]) => boolean,
+  ): Promise<{ blocks: string[]; ended: boolean }> {
+    const decoder = new TextDecoder();
+    const blocks: string[] = [];
+    let text = '';
+    while (!enough(blocks)) {
+      const { value, done } = await reader.read();
+      if (done) return { blocks, ended: true };
+      text += decoder.decode(value, { stream: true });
+      let end: number;
+      while ((end = text.indexOf('\n\n')) >= 0) {
+        blocks.push(text.slice(0, end));
+        text = text.slice(end + 2);
+      }
+    }
+    return { blocks, ended: false };
+  }
+
+  it('sends a comment every heartbeat while no change comes', async () => {
+    const service = await startService({ CHANGE_STREAM_HEARTBEAT_MS: '200' });
+    const reader = await openStream(service);
+    cleanups.push(() => reader.cancel());
+    // Three heartbeats take 0.6 s; without them the stream stays silent and the bound below ends the wait.
+    const silence = new Promise<'silent'>((resolve) => setTimeout(() => resolve('silent'), 8_000).unref());
+    const read = readBlocks(reader, (blocks) => blocks.filter((block) => block === ': keep-alive').length >= 3);
+    const outcome = await Promise.race([read, silence]);
+    expect(outcome).not.toBe('silent');
+    const { blocks, ended } = outcome as Awaited<typeof read>;
+    expect(ended).toBe(false);
+    // Comments only: nothing changed, so no event was sent.
+    expect(blocks.every((block) => block.startsWith(':'))).toBe(true);
+  });
+
+  it('ends an open stream cleanly on SIGTERM, and the process exits without waiting for it', async () => {
+    const service = await startService();
+    const reader = await openStream(service);
+    cleanups.push(() => reader.cancel());
+    // The stream is open once its first comment has come.
+    expect((await readBlocks(reader, (blocks) => blocks.length > 0)).blocks[0]).toBe(': change stream');
+    const reading = readBlocks(reader, () => false);
+    await service.signal('SIGTERM');
+    // A clean end (the reader's `done`), not a reset connection (which rejects the read).
+    expect(await reading).toEqual({ blocks: [], ended: true });
+    // Exit code 0: the shutdown finished; had the stream held it, the 15 s guard would have exited with 1.
+    expect(service.child.exitCode, service.output()).toBe(0);
+  });
+});
