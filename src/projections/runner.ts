@@ -34,8 +34,8 @@ export type ProjectionRunnerOptions = {
   /** Rows kept in memory from batch to batch while catching up (default 100,000), so that each is read once. */
   cachedRows?: number;
   /**
-   * A backlog of at least this many events, and at least half the log, is projected the way a
-   * rebuild projects it (see bulkCatchUp). Unset: never.
+   * A backlog of at least this many events, and at least half the log, is projected by the
+   * rebuild's bulk path when the store reads its log stream by stream (see bulkCatchUp). Unset: never.
    */
   bulkCatchUpEvents?: number;
   /** How often a standby instance tries to take over. */
@@ -391,17 +391,16 @@ export class ProjectionRunner {
 
   /**
    * A log far ahead of the read tables (a fresh read database, one restored from an old backup) is
-   * projected fastest the way a rebuild projects it (src/projections/rebuild): into new tables with
-   * only their primary keys, by COPY, read stream by stream where the store can (PostgreSQL) and in
-   * log order otherwise (EventStoreDB), the other indexes built once at the end; the new tables then
-   * replace the live ones, with the checkpoint, in one transaction. Worth it when the backlog is at
-   * least half the log: the rebuild projects the whole log. Any failure (an event it cannot apply,
-   * an operator's rebuild running) leaves the tables as they were, and the backlog is projected
-   * batch by batch, where a dead letter is recorded as usual.
+   * projected fastest the way a rebuild projects it: read stream by stream and bulk-loaded into new
+   * tables (src/projections/rebuild), which then replace the live ones, with the checkpoint, in one
+   * transaction. Worth it where that costs less than the backlog batch by batch: when the store can
+   * read its log stream by stream (PostgreSQL) and the backlog is at least half the log. Any
+   * failure (an event it cannot apply, an operator's rebuild running) leaves the tables as they
+   * were, and the backlog is projected batch by batch, where a dead letter is recorded as usual.
    */
   private async bulkCatchUp(client: pg.Client, checkpoint: GlobalPosition): Promise<boolean> {
     const { store, logger, bulkCatchUpEvents } = this.options;
-    if (bulkCatchUpEvents === undefined) return false;
+    if (bulkCatchUpEvents === undefined || !store.readLogByStream) return false;
     const end = await store.readLastPosition();
     if (!end) return false;
     const backlog = store.estimateEventsBetween(checkpoint, end);

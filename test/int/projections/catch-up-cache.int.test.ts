@@ -1,23 +1,32 @@
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { comparePositions } from '../../../src/eventstore/port.js';
+import { comparePositions, startOfLog, type GlobalPosition } from '../../../src/eventstore/port.js';
 import { noChanges } from '../../../src/projections/batch.js';
 import { readCheckpoint, readRowTables, writeChanges } from '../../../src/projections/tables.js';
 import { RecordWriter, seededRandom } from '../../support/generate.js';
 import { eventually, startStack, type Stack } from '../../support/stack.js';
 
-/** Appends `count` commands' events of random writers (creates, updates, deletions, workspaces deleted under their solutions). */
-async function appendHistory(stack: Stack, writers: RecordWriter[], count: number, random: () => number): Promise<void> {
+/**
+ * Appends `count` commands' events of random writers (creates, updates, deletions, workspaces
+ * deleted under their solutions); the position of the last.
+ */
+async function appendHistory(stack: Stack, writers: RecordWriter[], count: number, random: () => number): Promise<GlobalPosition> {
+  let last = startOfLog;
   for (let i = 0; i < count; i++) {
     const append = writers[Math.floor(random() * writers.length)]!.next();
-    await stack.store.append(append.streamName, append.expectedVersion, append.events);
+    ({ position: last } = await stack.store.append(append.streamName, append.expectedVersion, append.events));
     append.applied();
   }
+  return last;
 }
 
-async function caughtUp(stack: Stack): Promise<void> {
-  const end = await stack.store.readLastPosition();
-  await eventually(async () => end === undefined || comparePositions(await readCheckpoint(stack.pool), end) >= 0, 60_000);
+/**
+ * Waits for the checkpoint to pass `end`, the test's own last append. Not the store's last position:
+ * on PostgreSQL that stops short of transactions any database of the server still runs (other test
+ * files, other programs), and the wait would end before the test's last events were projected.
+ */
+async function caughtUp(stack: Stack, end: GlobalPosition): Promise<void> {
+  await eventually(async () => comparePositions(await readCheckpoint(stack.pool), end) >= 0, 60_000);
 }
 
 /**
@@ -45,15 +54,14 @@ describe('the live projector catching up with rows kept between batches', () => 
     await eventually(async () => (await stack.pool.query('SELECT count(*)::int AS n FROM workspaces')).rows[0].n > 20);
     await first.stop();
 
-    await appendHistory(stack, writers, 1500, random);
+    const end = await appendHistory(stack, writers, 1500, random);
     const second = stack.runner({ batchSize: 10, maxBatchSize: 640, cachedRows: 300 });
     second.start();
-    await caughtUp(stack);
+    await caughtUp(stack, end);
     expect(await stack.differences()).toEqual([]);
 
     // Behind again: a burst while it runs.
-    await appendHistory(stack, writers, 1500, random);
-    await caughtUp(stack);
+    await caughtUp(stack, await appendHistory(stack, writers, 1500, random));
     expect(await stack.differences()).toEqual([]);
   });
 
@@ -92,29 +100,29 @@ describe('the live projector far behind', () => {
   });
   afterAll(() => stack?.close());
 
-  // In both stores: PostgreSQL's is read stream by stream, EventStoreDB's in log order, as a rebuild reads them.
-  it('projects a backlog of most of the log the way a rebuild does, then goes on batch by batch', async () => {
+  // In bulk where the store reads its log stream by stream (PostgreSQL); EventStoreDB cannot, and the backlog goes batch by batch.
+  it('projects a backlog of most of the log the way a rebuild does where the store allows, then goes on batch by batch', async () => {
+    const bulk = stack.store.readLogByStream !== undefined;
     const random = seededRandom(11);
     const writers = ['a', 'b'].map((name, index) => new RecordWriter(name, `org_${index}`, random));
-    await appendHistory(stack, writers, 1200, random);
+    const end = await appendHistory(stack, writers, 1200, random);
     const logLines: Record<string, unknown>[] = [];
     const logger = pino({ level: 'info' }, { write: (line: string) => void logLines.push(JSON.parse(line) as Record<string, unknown>) });
     const tablesBefore = await readRowTables(stack.pool);
     stack.runner({ logger, bulkCatchUpEvents: 500 }).start();
-    await caughtUp(stack);
+    await caughtUp(stack, end);
     expect(await stack.differences()).toEqual([]);
     const inBulk = () => logLines.filter((line) => line.msg === 'backlog projected in bulk').length;
     // Logged just after the switch-over moved the checkpoint.
-    await eventually(() => inBulk() === 1);
-    // New tables, switched in with the checkpoint.
-    expect((await readRowTables(stack.pool)).workspaces).not.toBe(tablesBefore.workspaces);
+    if (bulk) await eventually(() => inBulk() === 1);
+    // Where in bulk: new tables, switched in with the checkpoint.
+    expect((await readRowTables(stack.pool)).workspaces !== tablesBefore.workspaces).toBe(bulk);
 
     // Caught up, it goes on batch by batch: what is appended now is projected into the same tables.
     const tablesAfter = await readRowTables(stack.pool);
-    await appendHistory(stack, writers, 300, random);
-    await caughtUp(stack);
+    await caughtUp(stack, await appendHistory(stack, writers, 300, random));
     expect(await stack.differences()).toEqual([]);
     expect(await readRowTables(stack.pool)).toEqual(tablesAfter);
-    expect(inBulk()).toBe(1);
+    expect(inBulk()).toBe(bulk ? 1 : 0);
   });
 });
