@@ -172,6 +172,7 @@ describe('provenance and differences (contract §17)', () => {
     }
   });
 
+  // Over 400 commands and four rounds of some 150 reads: 20 s on an idle machine, minutes on a busy one.
   it('answers provenance and diffs alike from snapshots and without them, keeping provenance snapshots that verify checks', async () => {
     const workspace = await ok(service, alice, 'create_workspace', {
       organization_id: 'org_prov',
@@ -189,7 +190,7 @@ describe('provenance and differences (contract §17)', () => {
         attributes: { n, owner },
       });
       await ok(service, n % 2 === 0 ? bob : alice, 'update_solution', { id: solution.id, name: `long solution ${n % 7}` });
-      if (n % 17 === 0 || n >= 205 || [99, 100, 101, 199, 200, 201].includes(n)) instants.push(updated.updated_at);
+      if (n % 37 === 0 || n >= 208 || [99, 100, 101, 199, 200, 201].includes(n)) instants.push(updated.updated_at);
     }
     const deleted = await ok(service, bob, 'delete_workspace', { id: workspace.id });
     expect(deleted).toEqual({ id: workspace.id });
@@ -212,7 +213,7 @@ describe('provenance and differences (contract §17)', () => {
         ] as const) {
           all.push(await callApi(service, bob, `get_${kind}_provenance`, { id, as_of: instant }));
           all.push(await callApi(service, bob, `get_${kind}_provenance`, { id, as_of: instant, path: '/attributes/owner' }));
-          for (const to of [instants[index + 1], instants[index + 7], undefined])
+          for (const to of [instants[index + 3], undefined])
             all.push(await callApi(service, bob, `diff_${kind}`, { id, from: instant, ...(to === undefined ? {} : { to }) }));
         }
       }
@@ -251,5 +252,5 @@ describe('provenance and differences (contract §17)', () => {
     } finally {
       await database.end();
     }
-  });
+  }, 300_000);
 });

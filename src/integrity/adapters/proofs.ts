@@ -62,8 +62,11 @@ export async function recordProof(
   const created = logged[0]?.event;
   if (!created || !('organization_id' in created.data)) throw notFound(kind);
   const organizationId = created.data.organization_id;
-  const checkpoint = await signedCheckpoint(pool, organizationId, size);
-  const leaves = await readStreamLeaves(pool, organizationId, logged[0]!.streamName, checkpoint.size);
+  const [checkpoint, streamLeaves] = await Promise.all([
+    signedCheckpoint(pool, organizationId, size),
+    readStreamLeaves(pool, organizationId, logged[0]!.streamName),
+  ]);
+  const leaves = streamLeaves.filter((leaf) => leaf.leafIndex < checkpoint.size);
   const byVersion = new Map(logged.map((entry) => [entry.version, entry.stored]));
   const covered = leaves.flatMap((leaf) => {
     const stored = byVersion.get(leaf.version);

@@ -17,6 +17,8 @@ import {
   treeSizes,
 } from './tables.js';
 
+const defaultBatchSize = 2000;
+
 export type TreeKeeperOptions = {
   pool: Pool;
   store: EventStore;
@@ -27,7 +29,11 @@ export type TreeKeeperOptions = {
   logger: Logger;
   checkpointIntervalMs: number;
   batchSize?: number;
-  /** How long it sleeps once it has read the whole log. */
+  /**
+   * How long it sleeps once it has read to the log's end. Under a steady stream of commands it
+   * then takes what arrived meanwhile as one batch, rather than a transaction per few events
+   * competing with the commands for the cores (and for the store's read watermark).
+   */
   idleMs?: number;
 };
 
@@ -60,7 +66,7 @@ export class TreeKeeper {
   }
 
   private async run(): Promise<void> {
-    const { logger, idleMs = 200 } = this.options;
+    const { logger, idleMs = 200, batchSize = defaultBatchSize } = this.options;
     while (!this.stopping.signal.aborted) {
       let read = 0;
       try {
@@ -70,13 +76,13 @@ export class TreeKeeper {
         // The store or database is away: the tree waits and tries again, as the projector does.
         logger.warn({ err: (error as Error).message }, 'integrity tree could not advance; retrying');
       }
-      if (read === 0) await sleep(idleMs, this.stopping.signal);
+      if (read < batchSize) await sleep(idleMs, this.stopping.signal);
     }
   }
 
   /** Appends the next batch of the log to the trees; answers how many events it appended. */
   async catchUp(): Promise<number> {
-    const { pool, store, batchSize = 2000, logger } = this.options;
+    const { pool, store, batchSize = defaultBatchSize, logger } = this.options;
     // Read before the transaction: an open transaction holding a transaction id would hold back
     // the PostgreSQL store's read watermark, and with it the projector, for as long as the read.
     const after = await readTreeProgress(pool);
