@@ -204,7 +204,9 @@ async function faults(): Promise<void> {
     if (stopping) return;
     const kind = kinds[round % kinds.length]!;
     if (kind === 'kill') {
-      const victim = pick(live());
+      const victim = live()[0] && pick(live());
+      if (!victim)
+        throw new Error(`no instance is running; their output:\n${instances.map((instance) => instance.output().slice(-3000)).join('\n')}`);
       cuts.push({ kind: 'crash', at: performance.now() });
       await victim.signal('SIGKILL');
       figures.kills += 1;

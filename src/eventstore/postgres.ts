@@ -1,4 +1,4 @@
-import { isConnectionError, named, type PgListener, type Pool } from '../infra/postgres.js';
+import { isConnectionError, named, withClient, type PgListener, type Pool } from '../infra/postgres.js';
 import {
   comparePositions,
   EventStoreUnavailable,
@@ -247,18 +247,14 @@ export class PostgresEventStore implements EventStore {
   }
 
   async readLogByStream<T>(consume: (log: StreamOrderedLog) => Promise<T>): Promise<T> {
-    return this.guard(async () => {
-      const client = await this.pool.connect();
-      let ended = false;
-      try {
-        const result = await readLogByStream(client, consume);
-        ended = true;
-        return result;
-      } finally {
-        // A read that did not end may still be streaming (or inside its transaction): its connection is closed, not reused.
-        client.release(!ended);
-      }
-    });
+    return this.guard(() =>
+      // A read that did not end may still be streaming (or inside its transaction): its connection is closed, not reused.
+      withClient(
+        this.pool,
+        (client) => readLogByStream(client, consume),
+        (ended) => ended,
+      ),
+    );
   }
 
   waitForEvents(after: GlobalPosition, timeoutMs: number, signal: AbortSignal): Promise<void> {

@@ -76,18 +76,44 @@ export function createPool(connectionString: string, logger: Logger, max = 10): 
 }
 
 export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>, begin = 'BEGIN'): Promise<T> {
+  return withClient(pool, async (client) => {
+    try {
+      await client.query(begin);
+      const result = await work(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      // The work's error is rethrown; a failed rollback means the connection is broken, and the pool drops it.
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw error;
+    }
+  });
+}
+
+/**
+ * Runs `work` on a client of its own from `pool`. The pool listens for a connection's loss only
+ * while the client is idle: here, a connection lost meanwhile (terminated, PostgreSQL restarted)
+ * fails the work's query, and its 'error' event, which would otherwise end the process, is noted
+ * so that the client is discarded rather than reused. So is one whose work did not end
+ * (`reusable` false): it may still be inside a transaction or a stream.
+ */
+export async function withClient<T>(
+  pool: pg.Pool,
+  work: (client: pg.PoolClient) => Promise<T>,
+  reusable: (ended: boolean) => boolean = () => true,
+): Promise<T> {
   const client = await pool.connect();
+  let lost: Error | undefined;
+  const onLoss = (error: Error) => (lost = error);
+  client.on('error', onLoss);
+  let ended = false;
   try {
-    await client.query(begin);
     const result = await work(client);
-    await client.query('COMMIT');
+    ended = true;
     return result;
-  } catch (error) {
-    // The work's error is rethrown; a failed rollback means the connection is broken, and the pool drops it.
-    await client.query('ROLLBACK').catch(() => undefined);
-    throw error;
   } finally {
-    client.release();
+    client.removeListener('error', onLoss);
+    client.release(lost ?? !reusable(ended));
   }
 }
 
