@@ -29,11 +29,13 @@ import { workspaceStream } from '../src/eventstore/stream-names.js';
 import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { openStores } from '../src/runtime/stores.js';
 import { loadState } from '../src/write/execute.js';
+import { scrape } from '../test/support/metrics.js';
 import { startServiceProcess } from '../test/support/service-process.js';
 import { testSecret } from '../test/support/secret.js';
 import { databaseUrl as databaseUrlOn } from './databases.js';
 import { apiClient, type Target } from './http.js';
 import { percentile } from './statistics.js';
+import { breakdown, projectorBatches } from './step-breakdown.js';
 
 export const organization = 'org_bench_hot';
 const writers = 20;
@@ -189,6 +191,7 @@ async function runScenario(options: { url: string; databaseUrl: string; events: 
   })();
   const storms: Storm[] = [];
   const duringStorms: number[][] = [];
+  const stormSteps: string[] = [];
   for (const id of [fresh.id, hot.id]) {
     let stormDone = false;
     const reading = readOthers(
@@ -196,7 +199,10 @@ async function runScenario(options: { url: string; databaseUrl: string; events: 
       others.map((other) => other.id),
       () => stormDone,
     );
+    const before = await scrape(`${service.url}/metrics`);
     storms.push(await storm([service], id, options.seconds * 1000));
+    const after = await scrape(`${service.url}/metrics`);
+    stormSteps.push(`${breakdown('update_workspace', before, after)} (${projectorBatches(before, after)})`);
     stormDone = true;
     duringStorms.push(await reading);
   }
@@ -235,6 +241,9 @@ async function runScenario(options: { url: string; databaseUrl: string; events: 
     const b = percentile(large.latencies, q);
     console.log(`${`  their ${label} ms`.padEnd(48)}${fixed(a).padStart(12)}${fixed(b).padStart(14)}${`${fixed(b / a)}x`.padStart(9)}`);
   }
+  console.log(
+    `  where an update's time went, mean ms: on the 1-event record ${stormSteps[0]}; on the ${options.events}-event record ${stormSteps[1]}`,
+  );
   const statuses = (storm: Storm) => (storm.failures === 0 ? '0' : `${storm.failures} (${[...storm.statuses].join(', ')})`);
   console.log(`${'  their non-200 answers'.padEnd(48)}${statuses(small).padStart(12)}${statuses(large).padStart(14)}`);
   const idleP99 = percentile(idle, 99);

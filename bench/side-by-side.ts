@@ -23,6 +23,7 @@ import { mintToken } from '../src/api/tokens.js';
 import { freePort, startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { databaseUrl as databaseUrlOn } from './databases.js';
 import { scrape, total, type Scrape } from '../test/support/metrics.js';
+import { breakdown } from './step-breakdown.js';
 import { testSecret } from '../test/support/secret.js';
 import { hotRecordScenario } from './hot-record.js';
 import { percentile } from './statistics.js';
@@ -145,21 +146,6 @@ async function openLoop(target: Target, scenario: Scenario, perSecond: number, m
 }
 
 const metricsOf = (target: Target) => scrape(`${target.url}/metrics`);
-const steps = ['read', 'decide', 'append', 'wait_earlier_creations', 'wait_projection'];
-
-/** Mean milliseconds per command of each step between two scrapes, and the rest of the request's time. */
-function breakdown(operation: string, before: Scrape, after: Scrape): string {
-  const moved = (name: string, labels: Record<string, string>) => total(after, name, labels) - total(before, name, labels);
-  const requests = moved('wsapi_http_request_duration_seconds_count', { operation, status: '200' });
-  if (requests === 0) return '';
-  const perCommand = (seconds: number) => ((seconds * 1000) / requests).toFixed(2);
-  const spent = steps.map((step) => [step, moved('wsapi_command_step_duration_seconds_sum', { step })] as const);
-  const rest = moved('wsapi_http_request_duration_seconds_sum', { operation, status: '200' }) - spent.reduce((sum, [, s]) => sum + s, 0);
-  return [...spent.filter(([, s]) => s > 0).map(([step, s]) => `${step} ${perCommand(s)}`), `rest of the request ${perCommand(rest)}`].join(
-    ', ',
-  );
-}
-
 /**
  * The smallest bucket bound under which `q` of the projection waits fell, as "≤ N ms": those
  * between each pair of scrapes (before, after), of one instance or several, taken together.

@@ -27,7 +27,7 @@ export type CommandRequest = { requestId: string; commandId?: string | undefined
 const maxAttempts = 30;
 
 /** The steps of a command whose durations are observed (metrics; `npm run bench` shows where time goes). */
-export type CommandStep = 'read' | 'decide' | 'append' | 'wait_earlier_creations' | 'wait_projection';
+export type CommandStep = 'wait_turn' | 'read' | 'decide' | 'append' | 'wait_earlier_creations' | 'wait_projection';
 
 /** Told of each version conflict (and whether the command tries again) and of each step's duration. */
 export type CommandObserver = {

@@ -57,7 +57,8 @@ export type CommandHandlerDeps = {
   withoutHashes?: boolean;
 };
 
-type QueuedJob = CommandJob<unknown, unknown, DomainEvent>;
+/** When it was queued: the wait for its turn (the groups of its record before its own) is a step of its own (metrics). */
+type QueuedJob = CommandJob<unknown, unknown, DomainEvent> & { queuedAt: number };
 
 /** The most commands of one record decided and appended together. */
 const maxCommandsPerGroup = 64;
@@ -119,14 +120,17 @@ export class CommandHandlers {
     this.queues = new RecordQueues<QueuedJob>({
       limit: deps.recordQueueLimit,
       maxGroup: maxCommandsPerGroup,
-      runGroup: (streamName, jobs) =>
-        runGroup(deps.store, streamName, jobs, {
+      runGroup: (streamName, jobs) => {
+        const started = performance.now();
+        for (const job of jobs) deps.observer?.onStep?.('wait_turn', (started - job.queuedAt) / 1000);
+        return runGroup(deps.store, streamName, jobs, {
           observer: deps.observer,
           recent: this.recent,
           snapshots: deps.snapshots,
           commandIndex: deps.commandIndex,
           withoutHashes: deps.withoutHashes,
-        }),
+        });
+      },
     });
   }
 
@@ -279,7 +283,15 @@ export class CommandHandlers {
     newStream = false,
   ): Promise<Outcome<State>> {
     return new Promise<Outcome<State>>((resolve, reject) => {
-      const job: CommandJob<Command, State, Event> = { decider, request: caller, commandFor, newStream, resolve, fail: reject };
+      const job: CommandJob<Command, State, Event> & { queuedAt: number } = {
+        decider,
+        request: caller,
+        commandFor,
+        newStream,
+        resolve,
+        fail: reject,
+        queuedAt: performance.now(),
+      };
       try {
         // The queue holds jobs of every kind of record; a group is one stream's, so of one kind.
         this.queues.enqueue(streamName, job as unknown as QueuedJob);

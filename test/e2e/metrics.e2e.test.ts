@@ -48,6 +48,8 @@ describe('GET /metrics', () => {
     expect(moved('wsapi_event_store_call_duration_seconds_count', { call: 'append', outcome: 'ok' })).toBe(3);
     // A creation without an Idempotency-Key names a new stream: it appends without reading it first.
     expect(moved('wsapi_event_store_call_duration_seconds_count', { call: 'read_stream', outcome: 'ok' })).toBe(0);
+    // Each command's wait for its turn on its record is observed, if only to say it took no time.
+    expect(moved('wsapi_command_step_duration_seconds_count', { step: 'wait_turn' })).toBe(3);
     expect(moved('wsapi_command_step_duration_seconds_count', { step: 'append' })).toBe(3);
     expect(moved('wsapi_command_step_duration_seconds_count', { step: 'wait_projection' })).toBe(3);
     expect(moved('wsapi_projector_batch_events_count')).toBeGreaterThanOrEqual(1);
