@@ -59,7 +59,7 @@ const environmentSchema = z
     AUTH_ISSUER: optionalString,
     AUTH_AUDIENCE: optionalString,
     PROJECTION_WAIT_MS: integer(5000, 0, 600_000),
-    PROJECTOR_MAX_BATCH_EVENTS: integer(20_000, 500, 1_000_000),
+    PROJECTOR_MAX_BATCH_EVENTS: integer(2_500, 500, 1_000_000),
     PROJECTOR_CACHED_ROWS: integer(100_000, 1_000, 10_000_000),
     PROJECTOR_BULK_CATCH_UP_EVENTS: integer(100_000, 0, 1_000_000_000),
     RECORD_QUEUE_LIMIT: integer(256, 1, 100_000),

@@ -9,7 +9,7 @@ import type { GlobalPosition } from '../eventstore/port.js';
  */
 export type PageSizes = { min: number; max: number };
 
-export const defaultPageSizes: PageSizes = { min: 500, max: 20_000 };
+export const defaultPageSizes: PageSizes = { min: 500, max: 2_500 };
 
 export function nextPageSize(current: number, read: number, sizes: PageSizes): number {
   if (read < current) return sizes.min;

@@ -32,7 +32,7 @@ describe('parseConfig', () => {
       dataDir: './.data',
       auth: { jwtSecret: undefined, jwksUrl: undefined, issuer: undefined, audience: undefined },
       projectionWaitMs: 5000,
-      projectorMaxBatchEvents: 20_000,
+      projectorMaxBatchEvents: 2_500,
       projectorCachedRows: 100_000,
       projectorBulkCatchUpEvents: 100_000,
       recordQueueLimit: 256,
