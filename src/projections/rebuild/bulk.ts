@@ -1,3 +1,4 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import type pg from 'pg';
 import { changeEntriesOf, type FeedEvent } from '../../changes/feed.js';
 import { readLoggedEvent, UnreadableEvent, type LoggedEvent, type SkippedEvents } from '../../eventstore/event-log.js';
@@ -207,6 +208,8 @@ async function foldStreams(options: {
         if (logged) record.apply(logged);
         events += 1;
         if (events % progressEvery === 0) progress(events);
+        // The live projector's bulk catch-up runs in the service's process: its requests get a turn.
+        if (events % eventsBetweenTurns === 0) await nextTurn();
       }
       await Promise.all(all.map((load) => load.drain()));
     }
@@ -219,6 +222,12 @@ async function foldStreams(options: {
   }
   return { position: log.end, events };
 }
+
+/**
+ * Events folded between two turns of the event loop: about a millisecond's work, so that a request
+ * arriving meanwhile waits that long, not a whole page's fold (100 ms and more).
+ */
+const eventsBetweenTurns = 200;
 
 const positionFields = (position: GlobalPosition) => [position.commit.toString(), position.prepare.toString()];
 
