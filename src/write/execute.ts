@@ -24,7 +24,13 @@ export type Outcome<State> = { state: State; position: GlobalPosition | undefine
 /** Who asks: the request, and with an Idempotency-Key the keyed request's id (EventMetadata.command_id). */
 export type CommandRequest = { requestId: string; commandId?: string | undefined };
 
-const maxAttempts = 30;
+/**
+ * How long a group keeps trying after its first version conflict before it answers 503. Conflicts
+ * come only from other instances (this one queues its commands per record), and each retry reads
+ * only what they appended: an instance whose queue of a record never empties wins most races, and
+ * the other one gets in when it does. A count of attempts gave up after about a second of that.
+ */
+const conflictBudgetMs = 10_000;
 
 /** The steps of a command whose durations are observed (metrics; `npm run bench` shows where time goes). */
 export type CommandStep = 'wait_turn' | 'read' | 'decide' | 'append' | 'wait_earlier_creations' | 'wait_projection';
@@ -404,6 +410,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
   else known = recent?.get<State>(streamName);
 
   let attempt = 1;
+  let conflictedSince: number | undefined;
   while (pending.length > 0) {
     const current = known ?? (await timed(observer, 'read', () => loadState(store, streamName, decider, snapshots)));
     const { decisions, events, commandIds, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, options);
@@ -431,14 +438,17 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
       // A job that changed nothing still answers after the group's events: its state shows them.
       settle(position);
       attempt = 1;
+      conflictedSince = undefined;
       continue;
     } catch (error) {
       recent?.forget(streamName);
       // A refused append wrote nothing: its outcome is known, and it is a 500, not a 503 to retry.
       if (error instanceof EventStoreRefused) throw error;
       if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
-      observer?.onConflict?.(attempt < maxAttempts);
-      if (attempt >= maxAttempts) throw unavailable('the record is being changed by too many requests at once; try again');
+      conflictedSince ??= performance.now();
+      const retrying = performance.now() - conflictedSince < conflictBudgetMs;
+      observer?.onConflict?.(retrying);
+      if (!retrying) throw unavailable('the record is being changed by too many requests at once; try again');
       attempt += 1;
     }
     // Another writer appended first: read what it appended, no more, and decide again on top of it.
@@ -458,7 +468,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
         head,
       };
     }
-    await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 50)));
+    await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 20)));
   }
 }
 
