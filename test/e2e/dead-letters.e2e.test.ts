@@ -52,6 +52,8 @@ describe('an event the projector cannot apply', () => {
     expect(notReady.body.checks.dead_letter).toMatch(
       new RegExp(`${stream} version 1 \\(WorkspaceArchived, position \\d+:\\d+\\): .*unknown`),
     );
+    // Logged just after the dead letter is recorded, which /readyz may see first.
+    await eventually(() => logLines.some((line) => line.level === 50 && line.stream === stream));
     expect(logLines.find((line) => line.level === 50 && line.stream === stream)).toMatchObject({
       type: 'WorkspaceArchived',
       msg: expect.stringContaining('projections:dead-letters'),
