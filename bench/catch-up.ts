@@ -25,6 +25,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { pino } from 'pino';
 import { parseConfig } from '../src/config.js';
+import { walkLog } from '../src/eventstore/event-log.js';
 import { comparePositions, encodePosition, startOfLog, type GlobalPosition } from '../src/eventstore/port.js';
 import { readCheckpoint } from '../src/projections/tables.js';
 import { openStores } from '../src/runtime/stores.js';
@@ -238,12 +239,8 @@ async function seedStandIn(): Promise<SeededLog> {
     // Asked once, when /readyz first answers 200: a short read then, however long the log.
     unprojectedAfter: async (checkpoint) => {
       let unprojected = 0;
-      for (let after = checkpoint; ;) {
-        const page = await stores.store.readAll(after, 10_000);
-        unprojected += page.length;
-        if (page.length < 10_000) return unprojected;
-        after = page.at(-1)!.position;
-      }
+      for await (const page of walkLog(stores.store, checkpoint, 10_000)) unprojected += page.length;
+      return unprojected;
     },
   };
 }

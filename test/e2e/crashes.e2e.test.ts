@@ -55,6 +55,22 @@ describe('crashes and database faults', () => {
     return { release: () => client.query('SELECT pg_advisory_unlock($1)', [lockKeys.projector]) };
   }
 
+  /**
+   * A database with one projected workspace, named `name`; an instance on it that does not
+   * project (it survives the crash), and a stack whose projector the test starts when it wants.
+   */
+  async function projectedWorkspace(name: string) {
+    const where = await freshDatabase();
+    const survivor = await serviceOn(where.databaseUrl, { runProjector: false });
+    const stack = await stackOn(where.databaseUrl);
+    const token = await survivor.token([org]);
+    const projecting = stack.runner();
+    projecting.start();
+    const workspace = expectOk(await callApi(survivor, token, 'create_workspace', { organization_id: org, name }));
+    await projecting.stop();
+    return { where, survivor, stack, token, workspace };
+  }
+
   /** Repeats a keyed call as a client whose answer was lost does, while it is told the first is still running. */
   async function retryWhileConflict(call: () => Promise<ApiResponse>, timeoutMs: number): Promise<ApiResponse> {
     const deadline = Date.now() + timeoutMs;
@@ -71,14 +87,7 @@ describe('crashes and database faults', () => {
     );
 
   it('a keyed update whose instance is killed after its append: the key is free at once, and the retry answers it without doing it again', async () => {
-    const where = await freshDatabase();
-    const survivor = await serviceOn(where.databaseUrl, { runProjector: false });
-    const stack = await stackOn(where.databaseUrl);
-    const token = await survivor.token([org]);
-    const projecting = stack.runner();
-    projecting.start();
-    const workspace = expectOk(await callApi(survivor, token, 'create_workspace', { organization_id: org, name: 'Before' }));
-    await projecting.stop();
+    const { where, survivor, stack, token, workspace } = await projectedWorkspace('Before');
 
     const projection = await holdProjection(where.databaseUrl);
     const doomed = await processOn(where, { PROJECTION_WAIT_MS: '30000' });
@@ -105,14 +114,7 @@ describe('crashes and database faults', () => {
   });
 
   it('a keyed command inside a multi-command group whose instance is killed after the group is appended: its retry answers what it did, done once', async () => {
-    const where = await freshDatabase();
-    const survivor = await serviceOn(where.databaseUrl, { runProjector: false });
-    const stack = await stackOn(where.databaseUrl);
-    const token = await survivor.token([org]);
-    const projecting = stack.runner();
-    projecting.start();
-    const workspace = expectOk(await callApi(survivor, token, 'create_workspace', { organization_id: org, name: 'Grouped' }));
-    await projecting.stop();
+    const { where, survivor, stack, token, workspace } = await projectedWorkspace('Grouped');
     const stream = workspaceStream(workspace.id);
 
     const projection = await holdProjection(where.databaseUrl);
