@@ -113,4 +113,40 @@ describe('group commit of one record’s commands', () => {
     }
     expect((await stack.store.readStream(stream)).length).toBe(5);
   });
+
+  it('given another instance that appends first every time, the group retries for 10 s after its first conflict, then answers 503 and appends nothing of its own', async () => {
+    const id = 'ws_group_outraced';
+    const stream = workspaceStream(id);
+    const first = job(create(id));
+    await runGroup(stack.store, stream, [first.job], options);
+    // The rival is another instance: its own group, through the same code, appended just before each of ours.
+    let rivalUpdates = 0;
+    const outraced = new Proxy(stack.store, {
+      get(store, property, receiver) {
+        if (property !== 'append') return Reflect.get(store, property, receiver) as unknown;
+        return async (...args: Parameters<Stack['store']['append']>) => {
+          const rival = job(update(id, `rival-${++rivalUpdates}`));
+          await runGroup(store, stream, [rival.job], options);
+          expect(await rival.answer).toHaveProperty('outcome');
+          return store.append(...args);
+        };
+      },
+    });
+
+    const started = performance.now();
+    // A group that gives up throws; its queue fails each of its commands with that error (RecordQueues).
+    const given = await runGroup(outraced, stream, [job(update(id, 'outraced')).job], options).then(
+      () => 'settled',
+      (error: unknown) => error,
+    );
+    const elapsed = performance.now() - started;
+
+    expect(given).toEqual(
+      expect.objectContaining({ code: 'unavailable', message: 'the record is being changed by too many requests at once; try again' }),
+    );
+    expect(elapsed).toBeGreaterThanOrEqual(10_000);
+    const names = (await stack.store.readStream(stream)).map((event) => (event.data as { name?: string }).name);
+    expect(names).toHaveLength(1 + rivalUpdates);
+    expect(names).not.toContain('outraced');
+  }, 60_000);
 });
