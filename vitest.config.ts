@@ -11,6 +11,7 @@ const perEventStore = [
   'test/int/projections/catch-up-cache.int.test.ts',
   'test/int/write/group-commit.int.test.ts',
   'test/int/write/load-record.int.test.ts',
+  'test/int/write/answer-turns.int.test.ts',
 ];
 
 /** A real EventStoreDB is used when EVENTSTORE_URL names one or a Docker engine may start one (checked again in its setup). */

@@ -42,13 +42,27 @@ function hmacKey(secret: string): Promise<webcrypto.CryptoKey> {
   return webcrypto.subtle.importKey('raw', new TextEncoder().encode(secret), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
 }
 
+/**
+ * How long a verified token is taken as verified without checking its signature again. A client
+ * sends the same token with every request: verifying it each time was about a tenth of the
+ * service's CPU under a storm of writes (--cpu-prof, issue 21), and a hop through libuv's thread
+ * pool that every request's answer waited behind. Short, so that a key taken out of a JWKS stops
+ * being honoured soon after; never past the token's own expiry.
+ */
+const verifiedTokenTtlMs = 10_000;
+/** Tokens remembered at most: beyond, the oldest is forgotten (and verified again when it comes back). */
+const verifiedTokensKept = 10_000;
+/** The leeway on `exp` and `nbf`, seconds. */
+const clockToleranceSeconds = 30;
+
 /** Verifies bearer tokens (contract §3): algorithms pinned to the configured family, `exp` required, 30 s leeway. */
 export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
+  const verified = new Map<string, { principal: Principal; until: number }>();
   const algorithms = settings.kind === 'secret' ? ['HS256'] : ['RS256', 'ES256', 'EdDSA'];
   const options = {
     algorithms,
     requiredClaims: ['exp'],
-    clockTolerance: 30,
+    clockTolerance: clockToleranceSeconds,
     ...(settings.issuer ? { issuer: settings.issuer } : {}),
     ...(settings.audience ? { audience: settings.audience } : {}),
   };
@@ -66,9 +80,13 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
   return async (authorization) => {
     const match = /^Bearer +([A-Za-z0-9._~+/=-]+) *$/i.exec(authorization ?? '');
     if (!match) throw unauthenticated('a bearer token is required');
+    const token = match[1]!;
+    const now = Date.now();
+    const known = verified.get(token);
+    if (known && now < known.until) return known.principal;
     let payload: unknown;
     try {
-      ({ payload } = await verify(match[1]!));
+      ({ payload } = await verify(token));
     } catch (error) {
       if (error instanceof KeySetUnavailable) throw unavailable('the token keys cannot be fetched');
       if (error instanceof joseErrors.JOSEError) throw unauthenticated(tokenProblem(error));
@@ -76,13 +94,17 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
     }
     const claims = claimsSchema.safeParse(payload);
     if (!claims.success) throw unauthenticated('the token lacks valid sub, orgs or scope claims');
-    return {
+    const principal: Principal = {
       subject: claims.data.sub,
       organizations: new Set(claims.data.orgs),
       scopes: new Set((claims.data.scope ?? '').split(' ').filter(Boolean)),
       // jose checked `exp` is present and a number.
       expiresAt: (payload as { exp: number }).exp * 1000,
     };
+    verified.delete(token);
+    if (verified.size >= verifiedTokensKept) verified.delete(verified.keys().next().value!);
+    verified.set(token, { principal, until: Math.min(now + verifiedTokenTtlMs, principal.expiresAt + clockToleranceSeconds * 1000) });
+    return principal;
   };
 }
 

@@ -10,6 +10,7 @@ import { RecentStates } from './recent-states.js';
 import type { DomainEvent } from '../domain/events.js';
 import { loadState, runGroup, timed, type CommandJob, type CommandObserver, type Outcome } from './execute.js';
 import { RecordQueueFull, RecordQueues } from './record-queue.js';
+import { Turns } from './turns.js';
 import type { SnapshotStore } from './snapshots.js';
 import type { CommandIndex } from './command-index.js';
 import type { JsonObject } from '../domain/merge-patch.js';
@@ -114,6 +115,7 @@ class WaitBudget {
 export class CommandHandlers {
   private readonly creationOrder = new CreationOrder();
   private readonly recent = new RecentStates();
+  private readonly turns = new Turns();
   private readonly queues: RecordQueues<QueuedJob>;
 
   constructor(private readonly deps: CommandHandlerDeps) {
@@ -313,6 +315,7 @@ export class CommandHandlers {
   ): Promise<void> {
     if (!position) return;
     const reached = await timed(this.deps.observer, 'wait_projection', () => this.deps.awaitProjection(position, timeoutMs));
+    await this.turns.next();
     if (reached === false) caller.onProjectionBehind?.();
   }
 
