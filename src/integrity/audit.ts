@@ -71,18 +71,19 @@ export class LogAudit {
     return breaks;
   }
 
-  /** The leaves no event of the log matched: their events were deleted or moved. */
-  unmatchedLeaves(): Break[] {
-    return [...this.leaves]
-      .filter(([key]) => !this.matched.has(key))
-      .map(([, leaf]) => ({
-        organizationId: leaf.organizationId,
-        streamName: leaf.streamName,
-        version: leaf.version,
-        message: `leaf ${leaf.leafIndex} of the tree has no event in the log: it was deleted or moved`,
-      }));
+  /** The leaves no event of the log matched (in the order given), each a break: `leafWithoutEvent`. */
+  unmatchedLeaves(): StoredLeaf[] {
+    return [...this.leaves].filter(([key]) => !this.matched.has(key)).map(([, leaf]) => leaf);
   }
 }
+
+/** A leaf whose event the log does not hold: it was deleted or moved. */
+export const leafWithoutEvent = (leaf: StoredLeaf): Break => ({
+  organizationId: leaf.organizationId,
+  streamName: leaf.streamName,
+  version: leaf.version,
+  message: `leaf ${leaf.leafIndex} of the tree has no event in the log: it was deleted or moved`,
+});
 
 /**
  * Every complete subtree's hash of the tree of `leafHashes` (RFC 9162): at [level][index], the

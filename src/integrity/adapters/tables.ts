@@ -191,11 +191,35 @@ export async function readStreamLeaves(pool: Queryable, organizationId: string, 
   return rows.map(toLeaf);
 }
 
-/** The leaves of an organization's tree from `after`, at most `limit`, by index. */
-export async function readLeaves(pool: Queryable, organizationId: string, after: number, limit: number): Promise<LeafRow[]> {
-  const { rows } = await pool.query<LeafRecord>(
-    'SELECT * FROM integrity_leaves WHERE organization_id = $1 AND leaf_index >= $2 ORDER BY leaf_index LIMIT $3',
+/** The hashes of an organization's leaves from `after`, at most `limit`, by index: what its tree is made of. */
+export async function readLeafHashes(
+  pool: Queryable,
+  organizationId: string,
+  after: number,
+  limit: number,
+): Promise<{ leafIndex: number; hash: string }[]> {
+  const { rows } = await pool.query<{ leaf_index: string; hash: string }>(
+    'SELECT leaf_index, hash FROM integrity_leaves WHERE organization_id = $1 AND leaf_index >= $2 ORDER BY leaf_index LIMIT $3',
     [organizationId, after, limit],
+  );
+  return rows.map((row) => ({ leafIndex: Number(row.leaf_index), hash: row.hash }));
+}
+
+/**
+ * The leaves of the streams whose names are after `after` and up to `through` (either open when
+ * absent, compared in the database's collation, as the log's streams are ordered), of every tree.
+ */
+export async function readRangeLeaves(
+  client: Queryable,
+  range: { after?: string | undefined; through?: string | undefined },
+): Promise<LeafRow[]> {
+  const bounds = [
+    ...(range.after === undefined ? [] : [{ condition: 'stream_name >', value: range.after }]),
+    ...(range.through === undefined ? [] : [{ condition: 'stream_name <=', value: range.through }]),
+  ];
+  const { rows } = await client.query<LeafRecord>(
+    `SELECT * FROM integrity_leaves WHERE ${bounds.map((bound, at) => `${bound.condition} $${at + 1}`).join(' AND ') || 'true'}`,
+    bounds.map((bound) => bound.value),
   );
   return rows.map(toLeaf);
 }
