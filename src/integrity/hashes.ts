@@ -16,18 +16,27 @@ export type EventHashes = { data_hash: string; previous_hash: string; hash: stri
 /** An event as stored, with where it sits: what the hashes cover. */
 export type StoredForm = StoredEvent & { streamName: string; version: bigint };
 
-/** A UTF-16 surrogate: strings with one go through the library, which refuses a lone one. */
-const surrogate = /[\ud800-\udfff]/;
+/**
+ * A string as RFC 8785 writes it, which is as JSON.stringify does, unless it holds a lone
+ * surrogate: JSON.stringify escapes one as \ud…, and the library refuses it. Undefined then (or for
+ * a string that merely holds those characters, which the library writes the same), and for
+ * anything not a string.
+ */
+function canonicalString(value: unknown): string | undefined {
+  if (typeof value !== 'string') return undefined;
+  const text = JSON.stringify(value);
+  return text.includes('\\ud') ? undefined : text;
+}
 
 /**
  * The canonical JSON of a value as JSON.parse gives them, written out in one pass: keys sorted by
  * UTF-16 code units (what Array#sort does), strings as JSON.stringify writes them and numbers in
  * ECMAScript form, which is what RFC 8785 prescribes. Undefined when the value holds anything else
- * (a surrogate, a number JSON lacks, an object not plain), for the library to write or refuse: this
+ * (a lone surrogate, a number JSON lacks, an object not plain), for the library to write or refuse: this
  * runs for every event audit:verify hashes, where the library's checks cost more than the hash.
  */
 function plainCanonicalJson(value: unknown): string | undefined {
-  if (typeof value === 'string') return surrogate.test(value) ? undefined : JSON.stringify(value);
+  if (typeof value === 'string') return canonicalString(value);
   if (typeof value === 'number') return Number.isFinite(value) ? JSON.stringify(value) : undefined;
   if (typeof value === 'boolean' || value === null) return String(value);
   if (typeof value !== 'object') return undefined;
@@ -46,10 +55,10 @@ function plainCanonicalJson(value: unknown): string | undefined {
   const keys = Object.keys(object).sort();
   text = '{';
   for (let index = 0; index < keys.length; index++) {
-    const key = keys[index]!;
-    const member = plainCanonicalJson(object[key]);
-    if (member === undefined || surrogate.test(key)) return undefined;
-    text += `${index === 0 ? '' : ','}${JSON.stringify(key)}:${member}`;
+    const key = canonicalString(keys[index]);
+    const member = plainCanonicalJson(object[keys[index]!]);
+    if (member === undefined || key === undefined) return undefined;
+    text += `${index === 0 ? '' : ','}${key}:${member}`;
   }
   return `${text}}`;
 }
@@ -86,14 +95,18 @@ type HashedFields = ReturnType<typeof coveredMetadata> & {
  * else (a tampered event's metadata) goes through the library.
  */
 function canonicalHashedFields(fields: HashedFields): string {
-  const { actor, data_hash, occurred_at, previous_hash, schema_version, stream, type, version } = fields;
-  const strings = [actor, data_hash, occurred_at, previous_hash, stream, type];
-  const plain = (value: unknown) => typeof value === 'string' && !surrogate.test(value);
-  if (!strings.every(plain) || !Number.isSafeInteger(schema_version) || !Number.isSafeInteger(version)) return canonicalJson(fields);
-  const text = JSON.stringify;
+  const { schema_version, version } = fields;
+  const actor = canonicalString(fields.actor);
+  const dataHash = canonicalString(fields.data_hash);
+  const occurredAt = canonicalString(fields.occurred_at);
+  const previousHash = canonicalString(fields.previous_hash);
+  const stream = canonicalString(fields.stream);
+  const type = canonicalString(fields.type);
+  const strings = actor && dataHash && occurredAt && previousHash && stream && type;
+  if (strings === undefined || !Number.isSafeInteger(schema_version) || !Number.isSafeInteger(version)) return canonicalJson(fields);
   return (
-    `{"actor":${text(actor)},"data_hash":${text(data_hash)},"occurred_at":${text(occurred_at)},"previous_hash":${text(previous_hash)},` +
-    `"schema_version":${schema_version},"stream":${text(stream)},"type":${text(type)},"version":${version}}`
+    `{"actor":${actor},"data_hash":${dataHash},"occurred_at":${occurredAt},"previous_hash":${previousHash},` +
+    `"schema_version":${schema_version},"stream":${stream},"type":${type},"version":${version}}`
   );
 }
 

@@ -239,11 +239,34 @@ export async function readTreeProgress(client: Queryable): Promise<GlobalPositio
   return { commit: BigInt(rows[0]!.commit_position), prepare: BigInt(rows[0]!.prepare_position) };
 }
 
-/** Every stored node of an organization's tree. */
+/**
+ * Every stored node of an organization's tree. Read in runs of consecutive nodes, each run's
+ * hashes as one value (a tree of a million leaves has two million nodes: a row, a parse and a
+ * buffer each would cost more than hashing them); a run with a node missing or of another length
+ * than a hash is read node by node.
+ */
 export async function readAllNodes(client: Queryable, organizationId: string): Promise<MerkleNode[]> {
-  const { rows } = await client.query<{ level: number; index: string; hash: Buffer }>(
-    'SELECT level, index, hash FROM integrity_nodes WHERE organization_id = $1',
+  const { rows } = await client.query<{ level: number; first: string; last: string; count: number; whole: boolean; hashes: Buffer }>(
+    `SELECT level, min(index) AS first, max(index) AS last, count(*)::int AS count, bool_and(octet_length(hash) = 32) AS whole,
+            string_agg(hash, ''::bytea ORDER BY index) AS hashes
+     FROM integrity_nodes WHERE organization_id = $1 GROUP BY level, index / ${nodeRun}`,
     [organizationId],
   );
-  return rows.map((row) => ({ level: row.level, index: Number(row.index), hash: row.hash }));
+  const nodes: MerkleNode[] = [];
+  for (const run of rows) {
+    const first = Number(run.first);
+    if (run.whole && Number(run.last) - first + 1 === run.count) {
+      for (let offset = 0; offset < run.count; offset++)
+        nodes.push({ level: run.level, index: first + offset, hash: run.hashes.subarray(offset * 32, offset * 32 + 32) });
+      continue;
+    }
+    const { rows: single } = await client.query<{ index: string; hash: Buffer }>(
+      'SELECT index, hash FROM integrity_nodes WHERE organization_id = $1 AND level = $2 AND index BETWEEN $3 AND $4',
+      [organizationId, run.level, run.first, run.last],
+    );
+    for (const row of single) nodes.push({ level: run.level, index: Number(row.index), hash: row.hash });
+  }
+  return nodes;
 }
+
+const nodeRun = 8192;
