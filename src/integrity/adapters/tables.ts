@@ -1,6 +1,7 @@
 import type { GlobalPosition } from '../../eventstore/port.js';
 import type { Pool, PoolClient } from '../../infra/postgres.js';
 import type { Checkpoint, PublicJwk } from '../checkpoints.js';
+import type { StoredLeaf } from '../audit.js';
 import type { MerkleNode, NodeKey } from '../merkle.js';
 import type { PlacedLeaf, StreamHead } from '../tree.js';
 
@@ -207,21 +208,29 @@ export async function readLeafHashes(
 
 /**
  * The leaves of the streams whose names are after `after` and up to `through` (either open when
- * absent, compared in the database's collation, as the log's streams are ordered), of every tree.
+ * absent, compared in the database's collation, as the log's streams are ordered), of every tree:
+ * what an event of the log is matched with.
  */
 export async function readRangeLeaves(
   client: Queryable,
   range: { after?: string | undefined; through?: string | undefined },
-): Promise<LeafRow[]> {
+): Promise<StoredLeaf[]> {
   const bounds = [
     ...(range.after === undefined ? [] : [{ condition: 'stream_name >', value: range.after }]),
     ...(range.through === undefined ? [] : [{ condition: 'stream_name <=', value: range.through }]),
   ];
-  const { rows } = await client.query<LeafRecord>(
-    `SELECT * FROM integrity_leaves WHERE ${bounds.map((bound, at) => `${bound.condition} $${at + 1}`).join(' AND ') || 'true'}`,
+  const { rows } = await client.query<Pick<LeafRecord, 'organization_id' | 'leaf_index' | 'stream_name' | 'version' | 'hash'>>(
+    `SELECT organization_id, leaf_index, stream_name, version, hash FROM integrity_leaves
+     WHERE ${bounds.map((bound, at) => `${bound.condition} $${at + 1}`).join(' AND ') || 'true'}`,
     bounds.map((bound) => bound.value),
   );
-  return rows.map(toLeaf);
+  return rows.map((row) => ({
+    organizationId: row.organization_id,
+    leafIndex: Number(row.leaf_index),
+    streamName: row.stream_name,
+    version: BigInt(row.version),
+    hash: row.hash,
+  }));
 }
 
 export async function readTrees(pool: Queryable): Promise<{ organizationId: string; size: number }[]> {
