@@ -10,22 +10,28 @@
  * The trees are read in one snapshot, before the log: the log's newer events, which the trees
  * have not read yet, are checked for their hashes only.
  */
-import { auditTree, describeBreak, LogAudit, type Break } from '../integrity/audit.js';
+import { availableParallelism } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { auditTree, describeBreak, LogAudit, leafWithoutEvent, type Break, type StoredLeaf } from '../integrity/audit.js';
 import type { Checkpoint, PublicJwk } from '../integrity/checkpoints.js';
 import type { MerkleNode } from '../integrity/merkle.js';
 import {
   readAllNodes,
   readCheckpoints,
-  readLeaves,
+  readLeafHashes,
   readPublicKeys,
+  readRangeLeaves,
   readTreeProgress,
   readTrees,
-  type LeafRow,
 } from '../integrity/adapters/tables.js';
+import { openLogSnapshot, streamSplits, type StreamRange } from '../eventstore/postgres-stream-order.js';
 import type { GlobalPosition } from '../eventstore/port.js';
-import { inReadOnlySnapshot, type Pool } from '../infra/postgres.js';
+import type { PoolClient } from '../infra/postgres.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import { commandLine } from './arguments.js';
+import type { LogPartMessage, LogPartTask } from './audit-log-part.js';
 
 commandLine(
   'npm run audit:verify',
@@ -43,74 +49,155 @@ checkpoint's signature. Prints each break (organization, stream, version, what d
 
 const { config, logger } = operatorSetup();
 
-type TreeSnapshot = {
-  end: GlobalPosition;
-  keys: PublicJwk[];
-  trees: { organizationId: string; leaves: LeafRow[]; nodes: MerkleNode[]; checkpoints: Checkpoint[] }[];
-};
+type Tree = { organizationId: string; leaves: { leafIndex: number; hash: string }[]; nodes: MerkleNode[]; checkpoints: Checkpoint[] };
 
 const leafPage = 50_000;
 const logPage = 5_000;
 
-/** The trees, their progress and the keys, from one snapshot. */
-function readTreeSnapshot(pool: Pool): Promise<TreeSnapshot> {
-  return inReadOnlySnapshot(pool, async (client) => {
-    const end = await readTreeProgress(client);
-    const keys = await readPublicKeys(client);
-    const trees: TreeSnapshot['trees'] = [];
-    for (const { organizationId } of await readTrees(client)) {
-      const leaves: LeafRow[] = [];
-      for (let page = await readLeaves(client, organizationId, 0, leafPage); page.length > 0;) {
-        leaves.push(...page);
-        page = page.length < leafPage ? [] : await readLeaves(client, organizationId, leaves.length, leafPage);
-      }
-      const nodes = await readAllNodes(client, organizationId);
-      trees.push({ organizationId, leaves, nodes, checkpoints: await readCheckpoints(client, organizationId) });
+/** The trees and the keys, read in the snapshot the transaction on `client` holds. */
+async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; trees: Tree[] }> {
+  const keys = await readPublicKeys(client);
+  const trees: Tree[] = [];
+  for (const { organizationId } of await readTrees(client)) {
+    const leaves: Tree['leaves'] = [];
+    for (let page = await readLeafHashes(client, organizationId, 0, leafPage); page.length > 0;) {
+      leaves.push(...page);
+      page = page.length < leafPage ? [] : await readLeafHashes(client, organizationId, leaves.length, leafPage);
     }
-    return { end, keys, trees };
+    const nodes = await readAllNodes(client, organizationId);
+    trees.push({ organizationId, leaves, nodes, checkpoints: await readCheckpoints(client, organizationId) });
+  }
+  return { keys, trees };
+}
+
+/**
+ * A worker thread running the module `name` beside this one. From source (.ts, as the npm scripts
+ * run it under tsx) it registers tsx's loader first: a worker does not inherit the main thread's.
+ */
+function startWorker(name: string, workerData: unknown): Worker {
+  const here = fileURLToPath(import.meta.url);
+  const module = new URL(`./${name}${path.extname(here)}`, import.meta.url);
+  if (path.extname(here) !== '.ts') return new Worker(module, { workerData });
+  const loader = import.meta.resolve('tsx/esm/api');
+  return new Worker(
+    `import(${JSON.stringify(loader)}).then(({ register }) => { register(); return import(${JSON.stringify(module.href)}); })`,
+    {
+      eval: true,
+      workerData,
+    },
+  );
+}
+
+type LogOutcome = { breaks: Break[]; unmatched: StoredLeaf[]; events: number };
+
+/**
+ * The log in PostgreSQL, checked by a worker thread per core, each the streams of one range of
+ * names, read in one snapshot of the log (and their leaves in the trees' snapshot, `treeSnapshotId`):
+ * hashing the events is most of the work. Resolves once every worker has joined both snapshots
+ * (`joined`, after which their exporting transactions may end), then with what they found, in
+ * the log's stream order.
+ */
+async function checkPostgresLog(
+  connection: OperatorConnection,
+  treeSnapshotId: string,
+  treeEnd: GlobalPosition,
+): Promise<{ joined: Promise<void>; outcome: Promise<LogOutcome> }> {
+  const client = await connection.pool.connect();
+  const log = await openLogSnapshot(client);
+  const splits = await streamSplits(client, log, availableParallelism());
+  const ranges: StreamRange[] = [...splits, undefined].map((through, part) => ({ after: splits[part - 1], through }));
+  const parts = ranges.map((range) => {
+    const task: LogPartTask = { databaseUrl: connection.databaseUrl, treeSnapshotId, treeEnd, log, range };
+    const worker = startWorker('audit-log-part', task);
+    let joined: () => void;
+    return {
+      joined: new Promise<void>((resolve) => (joined = resolve)),
+      checked: new Promise<LogOutcome>((resolve, reject) => {
+        worker.on('message', (message: LogPartMessage) => (message.kind === 'joined' ? joined() : resolve(message)));
+        worker.once('error', reject);
+        worker.once('exit', (code) => reject(new Error(`a worker checking the log exited with code ${code}`)));
+      }),
+    };
   });
+  const joined = Promise.race([Promise.all(parts.map((part) => part.joined)), Promise.all(parts.map((part) => part.checked))]).finally(
+    async () => {
+      await client.query('COMMIT');
+      client.release();
+    },
+  );
+  const outcome = Promise.all(parts.map((part) => part.checked)).then((outcomes) => ({
+    breaks: outcomes.flatMap((found) => found.breaks),
+    unmatched: outcomes.flatMap((found) => found.unmatched),
+    events: outcomes.reduce((sum, found) => sum + found.events, 0),
+  }));
+  // A worker that fails before joining fails `joined` too, which the caller meets first and reports; this marks `outcome` as handled then.
+  outcome.catch(() => undefined);
+  return { joined: joined.then(() => undefined), outcome };
+}
+
+/** The log from an EventStoreDB, in global order, on this thread, against every leaf. */
+async function checkLogInOrder(connection: OperatorConnection, leaves: StoredLeaf[], treeEnd: GlobalPosition): Promise<LogOutcome> {
+  const audit = new LogAudit(leaves, treeEnd);
+  const breaks: Break[] = [];
+  for (let after: GlobalPosition = { commit: 0n, prepare: 0n }; ;) {
+    const events = await connection.store.readAll(after, logPage);
+    if (events.length === 0) break;
+    for (const event of events) breaks.push(...audit.check(event));
+    after = events[events.length - 1]!.position;
+  }
+  return { breaks, unmatched: audit.unmatchedLeaves(), events: audit.events };
 }
 
 let exitCode = 0;
 let connection: OperatorConnection | undefined;
 try {
   connection = await connectOperator(config, logger);
-  const snapshot = await readTreeSnapshot(connection.pool);
   const breaks: Break[] = [];
   const report = (found: Break[]) => {
     for (const broken of found) process.stdout.write(`${describeBreak(broken)}\n`);
     breaks.push(...found);
   };
-  const audit = new LogAudit(
-    snapshot.trees.flatMap((tree) => tree.leaves),
-    snapshot.end,
-  );
-  const { store } = connection;
-  // Each stream's chain is followed on its own, so the log may be read stream by stream, where the
-  // store can (PostgreSQL: one snapshot, in bulk, as the rebuild reads it), else in global order.
-  if (store.readLogByStream) {
-    await store.readLogByStream(async (log) => {
-      for await (const events of log.pages) for (const event of events) report(audit.check(event));
-    });
-  } else {
-    for (let after: GlobalPosition = { commit: 0n, prepare: 0n }; ;) {
-      const events = await store.readAll(after, logPage);
-      if (events.length === 0) break;
-      for (const event of events) report(audit.check(event));
-      after = events[events.length - 1]!.position;
+  // The trees are read in one snapshot, taken before the log's: every leaf's event is in the log read.
+  const treeClient = await connection.pool.connect();
+  let treeData: Awaited<ReturnType<typeof readTreeData>>;
+  let checkingLog: Promise<LogOutcome>;
+  try {
+    await treeClient.query('BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY');
+    const { rows } = await treeClient.query<{ snapshot_id: string }>('SELECT pg_export_snapshot() AS snapshot_id');
+    const treeEnd = await readTreeProgress(treeClient);
+    if (config.eventStoreUrl) {
+      const leaves = await readRangeLeaves(treeClient, {});
+      checkingLog = Promise.resolve().then(() => checkLogInOrder(connection!, leaves, treeEnd));
+    } else {
+      const { joined, outcome } = await checkPostgresLog(connection, rows[0]!.snapshot_id, treeEnd);
+      checkingLog = outcome;
+      // Ended with the transaction exporting the snapshot below: the workers must join it first.
+      await joined;
     }
+    treeData = await readTreeData(treeClient);
+    await treeClient.query('COMMIT');
+  } finally {
+    treeClient.release();
   }
-  report(audit.unmatchedLeaves());
+  // The trees are checked on this thread while the workers check the log, and reported after it.
+  const treeBreaks: Break[] = [];
   let checkpoints = 0;
-  for (const tree of snapshot.trees) {
+  for (const tree of treeData.trees) {
     const hashes = tree.leaves.map((leaf, index) => {
-      if (leaf.leafIndex !== index) report([{ organizationId: tree.organizationId, message: `leaf ${index} is missing from the tree` }]);
+      if (leaf.leafIndex !== index)
+        treeBreaks.push({ organizationId: tree.organizationId, message: `leaf ${index} is missing from the tree` });
       return leaf.hash;
     });
-    report(auditTree(tree.organizationId, hashes, tree.nodes, tree.checkpoints, snapshot.keys));
+    treeBreaks.push(...auditTree(tree.organizationId, hashes, tree.nodes, tree.checkpoints, treeData.keys));
     checkpoints += tree.checkpoints.length;
   }
-  const checked = `${audit.events} events, ${snapshot.trees.length} trees, ${checkpoints} checkpoints`;
+  const log = await checkingLog;
+  report(log.breaks);
+  const treeOrder = new Map(treeData.trees.map((tree, position) => [tree.organizationId, position]));
+  const place = (leaf: StoredLeaf) => treeOrder.get(leaf.organizationId) ?? treeOrder.size;
+  report(log.unmatched.sort((a, b) => place(a) - place(b) || a.leafIndex - b.leafIndex).map(leafWithoutEvent));
+  report(treeBreaks);
+  const checked = `${log.events} events, ${treeData.trees.length} trees, ${checkpoints} checkpoints`;
   if (breaks.length > 0) {
     process.stdout.write(`${breaks.length} break(s) in ${checked}\n`);
     exitCode = 1;

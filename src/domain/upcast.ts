@@ -98,6 +98,9 @@ function shapeProblem(type: DomainEvent['type'], data: unknown): string | undefi
 
 const isDomainEventType = (type: string): type is DomainEvent['type'] => workspaceEventTypes.has(type) || solutionEventTypes.has(type);
 
+/** Whether the service wrote the event (readStoredEvent's kind is not 'foreign'), without reading it further. */
+export const isServiceEvent = (recorded: StoredEvent) => isObject(recorded.metadata) && hasServiceMetadata(recorded.metadata);
+
 export function readStoredEvent(recorded: StoredEvent): StoredEventReading {
   const metadata = recorded.metadata;
   if (!isObject(metadata)) return { kind: 'foreign', reason: 'no_metadata' };

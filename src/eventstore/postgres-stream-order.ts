@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
+import { joinSnapshot } from '../infra/postgres.js';
 import type { GlobalPosition, RecordedEvent, StreamOrderedLog } from './port.js';
 
 /**
@@ -19,24 +20,95 @@ import type { GlobalPosition, RecordedEvent, StreamOrderedLog } from './port.js'
 const bufferedBytes = 4 * 1024 * 1024;
 
 export async function readLogByStream<T>(client: pg.ClientBase, consume: (log: StreamOrderedLog) => Promise<T>): Promise<T> {
+  const { boundary, end } = await beginLogSnapshot(client);
+  await client.query('SET LOCAL enable_sort = off');
+  const result = await consume({ end, pages: recordedEvents(copyLog(client, boundary, {})) });
+  await client.query('COMMIT');
+  return result;
+}
+
+/**
+ * The log as `readLogByStream` reads it, shared with other connections: each reads a part of it,
+ * the streams of a range of names (`readLogPart`), in the same snapshot, so that together they
+ * read it whole and once. The snapshot lives as long as the transaction `openLogSnapshot` leaves
+ * open on its connection; the caller commits it once every part has been read.
+ */
+export type LogSnapshot = { snapshotId: string; boundary: string; end: GlobalPosition | undefined };
+
+/** The streams whose names are after `after` and up to `through` (either open when absent), in the database's collation. */
+export type StreamRange = { after?: string | undefined; through?: string | undefined };
+
+export async function openLogSnapshot(client: pg.ClientBase): Promise<LogSnapshot> {
+  const { boundary, end } = await beginLogSnapshot(client);
+  const { rows } = await client.query<{ snapshot_id: string }>('SELECT pg_export_snapshot() AS snapshot_id');
+  return { snapshotId: rows[0]!.snapshot_id, boundary, end };
+}
+
+/**
+ * Names that cut the log's streams into `parts` ranges of about as many events each (`parts` - 1
+ * names or fewer, sorted, each the last of its range), from a sample of its pages: a long stream
+ * weighs as much as its events. Runs in the transaction `openLogSnapshot` opened.
+ */
+export async function streamSplits(client: pg.ClientBase, snapshot: LogSnapshot, parts: number): Promise<string[]> {
+  if (parts <= 1) return [];
+  const { rows: sizes } = await client.query<{ rows: number }>(
+    `SELECT reltuples::float8 AS rows FROM pg_class WHERE oid = 'es_events'::regclass`,
+  );
+  // About `sampledEvents` events, whatever the log's size (reltuples is -1 before the first ANALYZE: all of it then).
+  const percent = Math.min(100, (100 * sampledEvents) / Math.max(1, sizes[0]?.rows ?? 0)) || 100;
+  const { rows } = await client.query<{ splits: string[] | null }>(
+    `SELECT percentile_disc($1::float8[]) WITHIN GROUP (ORDER BY stream_name) AS splits
+     FROM es_events TABLESAMPLE SYSTEM ($2) WHERE transaction_id < $3::xid8`,
+    [Array.from({ length: parts - 1 }, (_, part) => (part + 1) / parts), percent, snapshot.boundary],
+  );
+  return [...new Set(rows[0]?.splits ?? [])];
+}
+
+const sampledEvents = 20_000;
+
+/** Begins a transaction on another connection in the log's snapshot, for `readLogPart`. */
+export async function joinLogSnapshot(client: pg.ClientBase, snapshot: LogSnapshot): Promise<void> {
+  await joinSnapshot(client, snapshot.snapshotId);
+  await client.query('SET LOCAL enable_sort = off');
+}
+
+/** Reads the streams of `range` from the log, stream by stream, in the transaction `joinLogSnapshot` began, and ends it. */
+export async function readLogPart<T>(
+  client: pg.ClientBase,
+  snapshot: LogSnapshot,
+  range: StreamRange,
+  consume: (pages: AsyncIterable<RecordedEvent[]>) => Promise<T>,
+): Promise<T> {
+  const result = await consume(recordedEvents(copyLog(client, snapshot.boundary, range)));
+  await client.query('COMMIT');
+  return result;
+}
+
+/** Opens the read-only transaction whose snapshot's xmin is the boundary, and finds the end below it. */
+async function beginLogSnapshot(client: pg.ClientBase): Promise<{ boundary: string; end: GlobalPosition | undefined }> {
   await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY');
   // The first statement takes the transaction's snapshot; its xmin is the boundary.
   const { rows } = await client.query<{ boundary: string }>('SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS boundary');
   const boundary = rows[0]!.boundary;
   const end = await lastPositionBelow(client, boundary);
   await warmCache(client);
-  await client.query('SET LOCAL enable_sort = off');
-  const copy = client.query(
+  return { boundary, end };
+}
+
+/** The COPY of the log's events below `boundary` in `range`, in primary-key order (sorting is off in the transaction). */
+function copyLog(client: pg.ClientBase, boundary: string, range: StreamRange): Readable {
+  const names = [
+    ...(range.after === undefined ? [] : [`stream_name > ${client.escapeLiteral(range.after)}`]),
+    ...(range.through === undefined ? [] : [`stream_name <= ${client.escapeLiteral(range.through)}`]),
+  ];
+  return client.query(
     copyTo(
       `COPY (SELECT transaction_id, position, stream_name, version, event_id::text, type, data::text, metadata::text
-             FROM es_events WHERE transaction_id < '${BigInt(boundary)}'::xid8 ORDER BY stream_name, version)
+             FROM es_events WHERE ${[`transaction_id < '${BigInt(boundary)}'::xid8`, ...names].join(' AND ')} ORDER BY stream_name, version)
        TO STDOUT (FORMAT binary)`,
       { highWaterMark: bufferedBytes },
     ),
   );
-  const result = await consume({ end, pages: recordedEvents(copy) });
-  await client.query('COMMIT');
-  return result;
 }
 
 async function lastPositionBelow(client: pg.ClientBase, boundary: string): Promise<GlobalPosition | undefined> {

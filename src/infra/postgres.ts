@@ -121,6 +121,15 @@ export async function withClient<T>(
 export const inReadOnlySnapshot = <T>(pool: pg.Pool, work: (client: pg.PoolClient) => Promise<T>): Promise<T> =>
   inTransaction(pool, work, 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
 
+/**
+ * Begins a read-only transaction in the snapshot another transaction exported (pg_export_snapshot),
+ * which must still be open: several connections then read one state of the database.
+ */
+export async function joinSnapshot(client: pg.ClientBase, snapshotId: string): Promise<void> {
+  await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY');
+  await client.query(`SET TRANSACTION SNAPSHOT ${client.escapeLiteral(snapshotId)}`);
+}
+
 /** Connection-level failures (refused, reset, terminated, timeouts), as opposed to errors in a statement. */
 export function isConnectionError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;

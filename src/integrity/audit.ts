@@ -15,14 +15,20 @@ export type Break = { organizationId?: string | undefined; streamName?: string; 
 /** A leaf of a tree as stored. */
 export type StoredLeaf = { organizationId: string; leafIndex: number; streamName: string; version: bigint; hash: string };
 
-const leafKey = (streamName: string, version: bigint) => `${streamName}@${version}`;
+/**
+ * What the audit knows of a stream: the last version seen (any event's), the last chained event's
+ * hash, and its leaves by version, with the next one its events should meet (they come in order).
+ */
+type StreamAudit = { version: bigint; head: string; leaves: StoredLeaf[]; next: number };
 
-/** Follows the log in global order, one event at a time, against the trees' leaves. */
+const byVersion = (a: StoredLeaf, b: StoredLeaf) => (a.version < b.version ? -1 : a.version > b.version ? 1 : 0);
+
+/** Follows the log, each stream's events in order, one event at a time, against the trees' leaves. */
 export class LogAudit {
-  private readonly leaves = new Map<string, StoredLeaf>();
-  private readonly matched = new Set<string>();
-  /** Per stream: the last version seen (any event's), and the last chained event's hash. */
-  private readonly streams = new Map<string, { version: bigint; head: string }>();
+  private readonly leaves: StoredLeaf[];
+  private readonly matched = new Set<StoredLeaf>();
+  /** One entry per stream, leaves and all: one lookup per event (this runs for every event of the log). */
+  private readonly streams = new Map<string, StreamAudit>();
   events = 0;
 
   /** `treeEnd`: how far the trees have read the log; events after it have no leaf yet. */
@@ -30,59 +36,88 @@ export class LogAudit {
     leaves: Iterable<StoredLeaf>,
     private readonly treeEnd: GlobalPosition,
   ) {
-    for (const leaf of leaves) this.leaves.set(leafKey(leaf.streamName, leaf.version), leaf);
+    this.leaves = [...leaves];
+    for (const leaf of this.leaves) this.stream(leaf.streamName).leaves.push(leaf);
+    for (const stream of this.streams.values()) stream.leaves.sort(byVersion);
+  }
+
+  private stream(streamName: string): StreamAudit {
+    let stream = this.streams.get(streamName);
+    if (!stream) {
+      stream = { version: 0n, head: zeroHash, leaves: [], next: 0 };
+      this.streams.set(streamName, stream);
+    }
+    return stream;
+  }
+
+  /** The stream's leaf of `version`: the next one when its events come in order, else found by halves. */
+  private leafOf(stream: StreamAudit, version: bigint): StoredLeaf | undefined {
+    const { leaves } = stream;
+    let leaf = leaves[stream.next];
+    if (leaf?.version !== version) {
+      let [low, high] = [0, leaves.length];
+      while (low < high) {
+        const middle = (low + high) >>> 1;
+        if (leaves[middle]!.version < version) low = middle + 1;
+        else high = middle;
+      }
+      leaf = leaves[low];
+      if (leaf?.version !== version) return undefined;
+      stream.next = low;
+    }
+    stream.next += 1;
+    return leaf;
   }
 
   check(event: RecordedEvent): Break[] {
-    const stream = this.streams.get(event.streamName) ?? { version: 0n, head: zeroHash };
+    const stream = this.stream(event.streamName);
     const breaks: Break[] = [];
-    const key = leafKey(event.streamName, event.version);
-    const leaf = this.leaves.get(key);
+    const leaf = this.leafOf(stream, event.version);
     const organizationId = leaf?.organizationId ?? (event.data as { organization_id?: string } | null)?.organization_id;
-    const found = (message: string) => breaks.push({ organizationId, streamName: event.streamName, version: event.version, message });
+    const where = { organizationId, streamName: event.streamName, version: event.version };
     if (event.version !== stream.version + 1n) {
-      found(
-        `follows version ${stream.version}: ${event.version > stream.version ? 'an event before it is missing' : 'it is out of place'}`,
-      );
+      const why = event.version > stream.version ? 'an event before it is missing' : 'it is out of place';
+      breaks.push({ ...where, message: `follows version ${stream.version}: ${why}` });
     }
     stream.version = event.version;
-    if (!isChained(event)) {
-      this.streams.set(event.streamName, stream);
-      return breaks;
-    }
+    if (!isChained(event)) return breaks;
     this.events += 1;
     const stored = storedHashes(event.metadata);
     const recomputed = hashEvent(event, stored?.previous_hash ?? stream.head);
     if (stored) {
       if (stored.data_hash !== recomputed.data_hash)
-        found(`data_hash is ${stored.data_hash}, the stored data hashes to ${recomputed.data_hash}`);
+        breaks.push({ ...where, message: `data_hash is ${stored.data_hash}, the stored data hashes to ${recomputed.data_hash}` });
       if (stored.previous_hash !== stream.head)
-        found(`previous_hash is ${stored.previous_hash}, the previous event's hash is ${stream.head}`);
+        breaks.push({ ...where, message: `previous_hash is ${stored.previous_hash}, the previous event's hash is ${stream.head}` });
       if (stored.hash !== recomputed.hash) {
-        found(`hash is ${stored.hash}, the event hashes to ${recomputed.hash} (its data, type, actor, time or place changed)`);
+        const message = `hash is ${stored.hash}, the event hashes to ${recomputed.hash} (its data, type, actor, time or place changed)`;
+        breaks.push({ ...where, message });
       }
     }
     const hash = stored?.hash ?? recomputed.hash;
     if (leaf) {
-      this.matched.add(key);
-      if (leaf.hash !== hash) found(`leaf ${leaf.leafIndex} of the tree holds ${leaf.hash}, the event's hash is ${hash}`);
-    } else if (comparePositions(event.position, this.treeEnd) <= 0) found('the tree has no leaf for this event');
-    this.streams.set(event.streamName, { version: event.version, head: hash });
+      this.matched.add(leaf);
+      if (leaf.hash !== hash)
+        breaks.push({ ...where, message: `leaf ${leaf.leafIndex} of the tree holds ${leaf.hash}, the event's hash is ${hash}` });
+    } else if (comparePositions(event.position, this.treeEnd) <= 0)
+      breaks.push({ ...where, message: 'the tree has no leaf for this event' });
+    stream.head = hash;
     return breaks;
   }
 
-  /** The leaves no event of the log matched: their events were deleted or moved. */
-  unmatchedLeaves(): Break[] {
-    return [...this.leaves]
-      .filter(([key]) => !this.matched.has(key))
-      .map(([, leaf]) => ({
-        organizationId: leaf.organizationId,
-        streamName: leaf.streamName,
-        version: leaf.version,
-        message: `leaf ${leaf.leafIndex} of the tree has no event in the log: it was deleted or moved`,
-      }));
+  /** The leaves no event of the log matched (in the order given), each a break: `leafWithoutEvent`. */
+  unmatchedLeaves(): StoredLeaf[] {
+    return this.leaves.filter((leaf) => !this.matched.has(leaf));
   }
 }
+
+/** A leaf whose event the log does not hold: it was deleted or moved. */
+export const leafWithoutEvent = (leaf: StoredLeaf): Break => ({
+  organizationId: leaf.organizationId,
+  streamName: leaf.streamName,
+  version: leaf.version,
+  message: `leaf ${leaf.leafIndex} of the tree has no event in the log: it was deleted or moved`,
+});
 
 /**
  * Every complete subtree's hash of the tree of `leafHashes` (RFC 9162): at [level][index], the

@@ -1,6 +1,6 @@
-import { createHash } from 'node:crypto';
+import { hash as digest } from 'node:crypto';
 import canonicalize from 'canonicalize';
-import { readStoredEvent, type StoredEvent } from '../domain/upcast.js';
+import { isServiceEvent, type StoredEvent } from '../domain/upcast.js';
 
 /**
  * The event hashes of contract §16: each event's `hash` covers where it sits, what it is, who
@@ -16,14 +16,62 @@ export type EventHashes = { data_hash: string; previous_hash: string; hash: stri
 /** An event as stored, with where it sits: what the hashes cover. */
 export type StoredForm = StoredEvent & { streamName: string; version: bigint };
 
+/**
+ * A string as RFC 8785 writes it, which is as JSON.stringify does, unless it holds a lone
+ * surrogate: JSON.stringify escapes one as \ud…, and the library refuses it. Undefined then (or for
+ * a string that merely holds those characters, which the library writes the same), and for
+ * anything not a string.
+ */
+function canonicalString(value: unknown): string | undefined {
+  if (typeof value !== 'string') return undefined;
+  const text = JSON.stringify(value);
+  return text.includes('\\ud') ? undefined : text;
+}
+
+/**
+ * The canonical JSON of a value as JSON.parse gives them, written out in one pass: keys sorted by
+ * UTF-16 code units (what Array#sort does), strings as JSON.stringify writes them and numbers in
+ * ECMAScript form, which is what RFC 8785 prescribes. Undefined when the value holds anything else
+ * (a lone surrogate, a number JSON lacks, an object not plain), for the library to write or refuse: this
+ * runs for every event audit:verify hashes, where the library's checks cost more than the hash.
+ */
+function plainCanonicalJson(value: unknown): string | undefined {
+  if (typeof value === 'string') return canonicalString(value);
+  if (typeof value === 'number') return Number.isFinite(value) ? JSON.stringify(value) : undefined;
+  if (typeof value === 'boolean' || value === null) return String(value);
+  if (typeof value !== 'object') return undefined;
+  let text: string;
+  if (Array.isArray(value)) {
+    text = '[';
+    for (let index = 0; index < value.length; index++) {
+      const item = plainCanonicalJson(value[index]);
+      if (item === undefined) return undefined;
+      text += index === 0 ? item : `,${item}`;
+    }
+    return `${text}]`;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype) return undefined;
+  const object = value as Record<string, unknown>;
+  const keys = Object.keys(object).sort();
+  text = '{';
+  for (let index = 0; index < keys.length; index++) {
+    const key = canonicalString(keys[index]);
+    const member = plainCanonicalJson(object[keys[index]!]);
+    if (member === undefined || key === undefined) return undefined;
+    text += `${index === 0 ? '' : ','}${key}:${member}`;
+  }
+  return `${text}}`;
+}
+
 /** RFC 8785 (JCS) canonical JSON of a JSON value. */
 export function canonicalJson(value: unknown): string {
-  const text = canonicalize(value);
+  const text = plainCanonicalJson(value) ?? canonicalize(value);
   if (text === undefined) throw new TypeError('only JSON values have a canonical form');
   return text;
 }
 
-export const sha256Hex = (bytes: string | Uint8Array) => createHash('sha256').update(bytes).digest('hex');
+/** SHA-256 in one call: no Hash object per event. */
+export const sha256Hex = (bytes: string | Uint8Array) => digest('sha256', bytes);
 
 /** The service's metadata fields the hash covers; an event of the service's own always has them (src/domain/upcast.ts). */
 function coveredMetadata(metadata: unknown): { schema_version: number; occurred_at: string; actor: string } {
@@ -39,9 +87,6 @@ type HashedFields = ReturnType<typeof coveredMetadata> & {
   previous_hash: string;
 };
 
-/** A UTF-16 surrogate: strings with one go through the library, which refuses a lone one. */
-const surrogate = /[\ud800-\udfff]/;
-
 /**
  * The canonical JSON of the fields an event's hash covers. Written out when they are the strings
  * and whole numbers an event of the service has: the keys in RFC 8785's order (they are ASCII),
@@ -50,14 +95,18 @@ const surrogate = /[\ud800-\udfff]/;
  * else (a tampered event's metadata) goes through the library.
  */
 function canonicalHashedFields(fields: HashedFields): string {
-  const { actor, data_hash, occurred_at, previous_hash, schema_version, stream, type, version } = fields;
-  const strings = [actor, data_hash, occurred_at, previous_hash, stream, type];
-  const plain = (value: unknown) => typeof value === 'string' && !surrogate.test(value);
-  if (!strings.every(plain) || !Number.isSafeInteger(schema_version) || !Number.isSafeInteger(version)) return canonicalJson(fields);
-  const text = JSON.stringify;
+  const { schema_version, version } = fields;
+  const actor = canonicalString(fields.actor);
+  const dataHash = canonicalString(fields.data_hash);
+  const occurredAt = canonicalString(fields.occurred_at);
+  const previousHash = canonicalString(fields.previous_hash);
+  const stream = canonicalString(fields.stream);
+  const type = canonicalString(fields.type);
+  const strings = actor && dataHash && occurredAt && previousHash && stream && type;
+  if (strings === undefined || !Number.isSafeInteger(schema_version) || !Number.isSafeInteger(version)) return canonicalJson(fields);
   return (
-    `{"actor":${text(actor)},"data_hash":${text(data_hash)},"occurred_at":${text(occurred_at)},"previous_hash":${text(previous_hash)},` +
-    `"schema_version":${schema_version},"stream":${text(stream)},"type":${text(type)},"version":${version}}`
+    `{"actor":${actor},"data_hash":${dataHash},"occurred_at":${occurredAt},"previous_hash":${previousHash},` +
+    `"schema_version":${schema_version},"stream":${stream},"type":${type},"version":${version}}`
   );
 }
 
@@ -88,7 +137,7 @@ export function storedHashes(metadata: unknown): EventHashes | undefined {
 }
 
 /** Whether the hash chain covers the event: every event with the service's metadata, not another program's. */
-export const isChained = (event: StoredEvent) => readStoredEvent(event).kind !== 'foreign';
+export const isChained: (event: StoredEvent) => boolean = isServiceEvent;
 
 /**
  * The hashes of a stream's chained events as stored (oldest first): those it was stored with, or,

@@ -1,6 +1,7 @@
 import type { GlobalPosition } from '../../eventstore/port.js';
 import type { Pool, PoolClient } from '../../infra/postgres.js';
 import type { Checkpoint, PublicJwk } from '../checkpoints.js';
+import type { StoredLeaf } from '../audit.js';
 import type { MerkleNode, NodeKey } from '../merkle.js';
 import type { PlacedLeaf, StreamHead } from '../tree.js';
 
@@ -191,13 +192,45 @@ export async function readStreamLeaves(pool: Queryable, organizationId: string, 
   return rows.map(toLeaf);
 }
 
-/** The leaves of an organization's tree from `after`, at most `limit`, by index. */
-export async function readLeaves(pool: Queryable, organizationId: string, after: number, limit: number): Promise<LeafRow[]> {
-  const { rows } = await pool.query<LeafRecord>(
-    'SELECT * FROM integrity_leaves WHERE organization_id = $1 AND leaf_index >= $2 ORDER BY leaf_index LIMIT $3',
+/** The hashes of an organization's leaves from `after`, at most `limit`, by index: what its tree is made of. */
+export async function readLeafHashes(
+  pool: Queryable,
+  organizationId: string,
+  after: number,
+  limit: number,
+): Promise<{ leafIndex: number; hash: string }[]> {
+  const { rows } = await pool.query<{ leaf_index: string; hash: string }>(
+    'SELECT leaf_index, hash FROM integrity_leaves WHERE organization_id = $1 AND leaf_index >= $2 ORDER BY leaf_index LIMIT $3',
     [organizationId, after, limit],
   );
-  return rows.map(toLeaf);
+  return rows.map((row) => ({ leafIndex: Number(row.leaf_index), hash: row.hash }));
+}
+
+/**
+ * The leaves of the streams whose names are after `after` and up to `through` (either open when
+ * absent, compared in the database's collation, as the log's streams are ordered), of every tree:
+ * what an event of the log is matched with.
+ */
+export async function readRangeLeaves(
+  client: Queryable,
+  range: { after?: string | undefined; through?: string | undefined },
+): Promise<StoredLeaf[]> {
+  const bounds = [
+    ...(range.after === undefined ? [] : [{ condition: 'stream_name >', value: range.after }]),
+    ...(range.through === undefined ? [] : [{ condition: 'stream_name <=', value: range.through }]),
+  ];
+  const { rows } = await client.query<Pick<LeafRecord, 'organization_id' | 'leaf_index' | 'stream_name' | 'version' | 'hash'>>(
+    `SELECT organization_id, leaf_index, stream_name, version, hash FROM integrity_leaves
+     WHERE ${bounds.map((bound, at) => `${bound.condition} $${at + 1}`).join(' AND ') || 'true'}`,
+    bounds.map((bound) => bound.value),
+  );
+  return rows.map((row) => ({
+    organizationId: row.organization_id,
+    leafIndex: Number(row.leaf_index),
+    streamName: row.stream_name,
+    version: BigInt(row.version),
+    hash: row.hash,
+  }));
 }
 
 export async function readTrees(pool: Queryable): Promise<{ organizationId: string; size: number }[]> {
@@ -215,11 +248,34 @@ export async function readTreeProgress(client: Queryable): Promise<GlobalPositio
   return { commit: BigInt(rows[0]!.commit_position), prepare: BigInt(rows[0]!.prepare_position) };
 }
 
-/** Every stored node of an organization's tree. */
+/**
+ * Every stored node of an organization's tree. Read in runs of consecutive nodes, each run's
+ * hashes as one value (a tree of a million leaves has two million nodes: a row, a parse and a
+ * buffer each would cost more than hashing them); a run with a node missing or of another length
+ * than a hash is read node by node.
+ */
 export async function readAllNodes(client: Queryable, organizationId: string): Promise<MerkleNode[]> {
-  const { rows } = await client.query<{ level: number; index: string; hash: Buffer }>(
-    'SELECT level, index, hash FROM integrity_nodes WHERE organization_id = $1',
+  const { rows } = await client.query<{ level: number; first: string; last: string; count: number; whole: boolean; hashes: Buffer }>(
+    `SELECT level, min(index) AS first, max(index) AS last, count(*)::int AS count, bool_and(octet_length(hash) = 32) AS whole,
+            string_agg(hash, ''::bytea ORDER BY index) AS hashes
+     FROM integrity_nodes WHERE organization_id = $1 GROUP BY level, index / ${nodeRun}`,
     [organizationId],
   );
-  return rows.map((row) => ({ level: row.level, index: Number(row.index), hash: row.hash }));
+  const nodes: MerkleNode[] = [];
+  for (const run of rows) {
+    const first = Number(run.first);
+    if (run.whole && Number(run.last) - first + 1 === run.count) {
+      for (let offset = 0; offset < run.count; offset++)
+        nodes.push({ level: run.level, index: first + offset, hash: run.hashes.subarray(offset * 32, offset * 32 + 32) });
+      continue;
+    }
+    const { rows: single } = await client.query<{ index: string; hash: Buffer }>(
+      'SELECT index, hash FROM integrity_nodes WHERE organization_id = $1 AND level = $2 AND index BETWEEN $3 AND $4',
+      [organizationId, run.level, run.first, run.last],
+    );
+    for (const row of single) nodes.push({ level: run.level, index: Number(row.index), hash: row.hash });
+  }
+  return nodes;
 }
+
+const nodeRun = 8192;

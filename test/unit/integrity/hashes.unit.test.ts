@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import canonicalize from 'canonicalize';
 import { describe, expect, it } from 'vitest';
 import { canonicalJson as clientCanonicalJson } from '../../../src/client/verify.js';
 import { canonicalJson, chainHashes, chainHead, hashAppended, hashEvent, zeroHash } from '../../../src/integrity/hashes.js';
@@ -65,6 +66,33 @@ describe('canonical JSON (RFC 8785)', () => {
       for (const [bits, text] of rfc8785Numbers) expect(canonical(fromBits(bits))).toBe(text);
     });
   }
+});
+
+describe('canonical JSON written out by the service', () => {
+  it('given values of every JSON kind, gives what the library gives, and refuses what it refuses', () => {
+    const values: unknown[] = [
+      { b: [1, 2.5, -0, 1e21, 1e-7, 'x', null, true, false], a: { '': {}, é: [], '\u0000': '"\\\n', aa: 1, B: 2 } },
+      { '😀': 'surrogate pair', '\uffff': 1, '\ud7ff': 2 },
+      [{ toJSON: 1 }, []],
+      { lone: '\ud800' },
+      { ['\udc00']: 'lone in a key' },
+      { skipped: undefined, kept: 1 },
+      [Number.NaN],
+      { infinite: Number.POSITIVE_INFINITY },
+      { date: new Date(0) },
+      Object.create(null) as object,
+    ];
+    const outcome = (write: () => string | undefined) => {
+      try {
+        return write();
+      } catch {
+        return 'refused';
+      }
+    };
+    for (const value of values) expect(outcome(() => canonicalJson(value))).toBe(outcome(() => canonicalize(value)));
+    // Every object JSON.parse gives has its own keys only; a key named __proto__ is one of them.
+    expect(canonicalJson(JSON.parse('{"__proto__":1,"a":2}'))).toBe('{"__proto__":1,"a":2}');
+  });
 });
 
 const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
