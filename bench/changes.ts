@@ -35,6 +35,8 @@ import { openChangeStream, startReceiver, type Receiver } from './change-receive
 import { finishBenchDatabase, openBenchDatabase } from './databases.js';
 import { postgresTicks, processTicks, ticksPerSecond } from './cpu-ticks.js';
 import { percentile } from './statistics.js';
+import { breakdown, projectorBatches } from './step-breakdown.js';
+import { scrape, type Scrape } from '../test/support/metrics.js';
 import { seedPostgresLog } from './seeded-history.js';
 
 const usage =
@@ -235,6 +237,11 @@ function cpuPerCreate(before: ReturnType<typeof cpuSeconds>, after: ReturnType<t
   return `service ${per('service')}, PostgreSQL ${per('postgres')}, bench ${per('bench')} ms CPU per create`;
 }
 
+/** Where a create's time went between two scrapes (ms per create by step), and the projector's batches. */
+function steps(before: Scrape, after: Scrape): string {
+  return `${breakdown('create_workspace', before, after)}; ${projectorBatches(before, after)}`;
+}
+
 /** Creations from `--clients` connections for a round's seconds: the rate. */
 async function createsPerSecond(http: HttpPool, token: string): Promise<{ rate: number; made: number }> {
   const until = performance.now() + settings['round-seconds'] * 1000;
@@ -263,8 +270,10 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
   const withListeners: number[] = [];
   for (let round = 0; round < settings.rounds; round++) {
     const beforeWithout = cpuSeconds(target);
+    const stepsBeforeWithout = await scrape(`${target.url}/metrics`);
     const alone = await createsPerSecond(http, token);
     without.push(alone.rate);
+    const stepsWithout = steps(stepsBeforeWithout, await scrape(`${target.url}/metrics`));
     const cpuWithout = cpuPerCreate(beforeWithout, cpuSeconds(target), alone.made);
     const hooks: Created[] = [];
     for (let i = 0; i < webhookCount; i++) {
@@ -286,9 +295,15 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
       ),
     );
     const beforeWith = cpuSeconds(target);
+    const stepsBeforeWith = await scrape(`${target.url}/metrics`);
     const { rate, made } = await createsPerSecond(http, token);
     withListeners.push(rate);
+    const stepsWith = steps(stepsBeforeWith, await scrape(`${target.url}/metrics`));
     const deliveredThisRound = () => at.received.filter((delivery) => delivery.path.startsWith(`/load-${round}-`)).length;
+    const repeatsThisRound = () => {
+      const paths = at.received.filter((delivery) => delivery.path.startsWith(`/load-${round}-`));
+      return paths.length - new Set(paths.map((delivery) => `${delivery.path} ${delivery.webhookId}`)).size;
+    };
     const streamedThisRound = () => streams.reduce((sum, stream) => sum + stream.changes.length, 0);
     const behind = () => deliveredThisRound() < made * webhookCount || streamedThisRound() < made * streamCount;
     for (let waited = 0; behind() && waited < 60_000; waited += 100) await sleep(100);
@@ -299,10 +314,11 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
     for (const hook of hooks) await call(http, token, 'delete_webhook', { id: hook.id });
     out(
       `round ${round + 1}: ${integer.format(without[round]!)} creates/s without, ${integer.format(rate)} with ` +
-        `(${deliveredThisRound()}/${made * webhookCount} delivered, ${streamedThisRound()}/${made * streamCount} streamed)`,
+        `(${deliveredThisRound()}/${made * webhookCount} delivered, ${repeatsThisRound()} of them repeats; ` +
+        `${streamedThisRound()}/${made * streamCount} streamed)`,
     );
-    out(`  without: ${cpuWithout}`);
-    out(`  with:    ${cpuWith}`);
+    out(`  without: ${cpuWithout}; ${stepsWithout}`);
+    out(`  with:    ${cpuWith}; ${stepsWith}`);
   }
   const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
   const ratios = withListeners.map((rate, round) => (rate / without[round]!).toFixed(2));

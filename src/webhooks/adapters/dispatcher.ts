@@ -24,10 +24,14 @@ export type DispatcherObserver = {
 };
 
 /**
- * Changes taken from the feed per webhook per enqueueing round; attempts one instance has out or
- * not yet recorded at once; and the most leased by one statement.
+ * Changes taken from the feed per webhook per enqueueing round, kept small: the statement holds a
+ * transaction id while it runs, and the PostgreSQL log's readers (the projector) read nothing past
+ * the oldest one running (src/eventstore/postgres.ts), so a long enqueue holds back every
+ * command's read-your-writes wait. At 1,000 a statement that fell behind under load grew longer
+ * each round, and creates waited 2 s on the projection (bench:changes, wait_projection).
  */
-const enqueuedPerRound = 1000;
+const enqueuedPerRound = 100;
+/** Attempts one instance has out or not yet recorded at once; and the most leased by one statement. */
 const attemptsAtOnce = 256;
 const leasedPerRound = 128;
 /** After the database refused to record outcomes: when to try again (they are kept meanwhile). */
