@@ -19,6 +19,7 @@
  * directory under the system's temporary directory, kept between runs). The database is dropped
  * afterwards unless --keep; --database NAME reuses (or creates) a named one, with its events.
  */
+import { readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -32,7 +33,10 @@ import { openStores } from '../src/runtime/stores.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 import { openChangeStream, startReceiver, type Receiver } from './change-receivers.js';
 import { finishBenchDatabase, openBenchDatabase } from './databases.js';
+import { postgresTicks, processTicks, ticksPerSecond } from './cpu-ticks.js';
 import { percentile } from './statistics.js';
+import { breakdown, projectorBatches } from './step-breakdown.js';
+import { scrape, type Scrape } from '../test/support/metrics.js';
 import { seedPostgresLog } from './seeded-history.js';
 
 const usage =
@@ -76,12 +80,12 @@ const loadOrganization = 'org_bench_load';
 const webhookCount = listen === 'streams' ? 0 : 10;
 const streamCount = listen === 'webhooks' ? 0 : 10;
 
-const { embedded, admin, databaseUrl } = await openBenchDatabase({
-  name: databaseName,
-  usage,
-  defaultDataDir: path.join(tmpdir(), 'wsapi-bench-changes'),
-  logger,
-});
+const defaultDataDir = path.join(tmpdir(), 'wsapi-bench-changes');
+const { embedded, admin, databaseUrl } = await openBenchDatabase({ name: databaseName, usage, defaultDataDir, logger });
+/** The embedded server's postmaster, whose CPU the throughput rounds count (none on DATABASE_URL's server, shared with others). */
+const postmaster = embedded
+  ? Number(readFileSync(path.join(process.env.DATA_DIR || defaultDataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0])
+  : undefined;
 // The schema brought up to date as every process does it (src/runtime/stores.ts).
 const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl }, 'tool'), logger, { poolSize: 2, listen: false });
 const { pool } = stores;
@@ -105,7 +109,8 @@ try {
   if (service) process.stderr.write(`service output:\n${service.output()}\n`);
   throw error;
 } finally {
-  await service?.signal('SIGKILL');
+  // SIGTERM, not SIGKILL: a service run with SERVICE_NODE_ARGS=--cpu-prof writes its profile as it exits.
+  await service?.signal('SIGTERM');
   await receiver?.close();
   await stores.close();
   await finishBenchDatabase({ admin, name: databaseName, keep: Boolean(values.keep || values.database), embedded, out });
@@ -190,7 +195,9 @@ async function deliveryDelays(target: ServiceProcess, http: HttpPool, at: Receiv
   const token = await target.token([liveOrganization], 'bench-writer');
   const hook = (await call<Created>(http, token, 'create_webhook', { organization_id: liveOrganization, url: `${at.url}/live` })).data;
   const closing = new AbortController();
-  const stream = await openChangeStream(target.url, token, { organization_id: liveOrganization }, closing.signal);
+  // From the organization's last change: a reused database (--database) holds an earlier run's.
+  const after = await lastChange(http, token, liveOrganization);
+  const stream = await openChangeStream(target.url, token, { organization_id: liveOrganization, after }, closing.signal);
   const count = Math.round(settings.rate * settings.seconds);
   const started = performance.now();
   const writes: Promise<Answer<Created>>[] = [];
@@ -212,6 +219,27 @@ async function deliveryDelays(target: ServiceProcess, http: HttpPool, at: Receiv
     ['change -> webhook receiver', `${spread(delivered().map((d) => d.delayMs))} (${delivered().length}/${count} delivered)`],
     ['change -> open stream', `${spread(stream.changes.map((c) => c.delayMs))} (${stream.changes.length}/${count} streamed)`],
   ];
+}
+
+/** CPU seconds so far of the service, its PostgreSQL server (embedded only) and this process (the receiver, the streams' readers, the clients). */
+function cpuSeconds(target: ServiceProcess): { service: number; postgres: number; bench: number } {
+  const usage = process.cpuUsage();
+  return {
+    service: (processTicks(target.pid)?.own ?? NaN) / ticksPerSecond,
+    postgres: (postgresTicks(postmaster) ?? NaN) / ticksPerSecond,
+    bench: (usage.user + usage.system) / 1e6,
+  };
+}
+
+/** CPU milliseconds per create in each part, from two readings of cpuSeconds. */
+function cpuPerCreate(before: ReturnType<typeof cpuSeconds>, after: ReturnType<typeof cpuSeconds>, made: number): string {
+  const per = (part: keyof typeof before) => (((after[part] - before[part]) * 1000) / made).toFixed(2);
+  return `service ${per('service')}, PostgreSQL ${per('postgres')}, bench ${per('bench')} ms CPU per create`;
+}
+
+/** Where a create's time went between two scrapes (ms per create by step), and the projector's batches. */
+function steps(before: Scrape, after: Scrape): string {
+  return `${breakdown('create_workspace', before, after)}; ${projectorBatches(before, after)}`;
 }
 
 /** Creations from `--clients` connections for a round's seconds: the rate. */
@@ -241,7 +269,12 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
   const without: number[] = [];
   const withListeners: number[] = [];
   for (let round = 0; round < settings.rounds; round++) {
-    without.push((await createsPerSecond(http, token)).rate);
+    const beforeWithout = cpuSeconds(target);
+    const stepsBeforeWithout = await scrape(`${target.url}/metrics`);
+    const alone = await createsPerSecond(http, token);
+    without.push(alone.rate);
+    const stepsWithout = steps(stepsBeforeWithout, await scrape(`${target.url}/metrics`));
+    const cpuWithout = cpuPerCreate(beforeWithout, cpuSeconds(target), alone.made);
     const hooks: Created[] = [];
     for (let i = 0; i < webhookCount; i++) {
       hooks.push(
@@ -250,7 +283,7 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
       );
     }
     const closing = new AbortController();
-    const after = await lastChange(http, token);
+    const after = await lastChange(http, token, loadOrganization);
     const streams = await Promise.all(
       Array.from({ length: streamCount }, async (_, i) =>
         openChangeStream(
@@ -261,19 +294,31 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
         ),
       ),
     );
+    const beforeWith = cpuSeconds(target);
+    const stepsBeforeWith = await scrape(`${target.url}/metrics`);
     const { rate, made } = await createsPerSecond(http, token);
     withListeners.push(rate);
+    const stepsWith = steps(stepsBeforeWith, await scrape(`${target.url}/metrics`));
     const deliveredThisRound = () => at.received.filter((delivery) => delivery.path.startsWith(`/load-${round}-`)).length;
+    const repeatsThisRound = () => {
+      const paths = at.received.filter((delivery) => delivery.path.startsWith(`/load-${round}-`));
+      return paths.length - new Set(paths.map((delivery) => `${delivery.path} ${delivery.webhookId}`)).size;
+    };
     const streamedThisRound = () => streams.reduce((sum, stream) => sum + stream.changes.length, 0);
     const behind = () => deliveredThisRound() < made * webhookCount || streamedThisRound() < made * streamCount;
     for (let waited = 0; behind() && waited < 60_000; waited += 100) await sleep(100);
+    // Counted until every delivery and streamed change arrived: what the creates cost with them, all told.
+    const cpuWith = cpuPerCreate(beforeWith, cpuSeconds(target), made);
     closing.abort();
     await Promise.all(streams.map((stream) => stream.ended));
     for (const hook of hooks) await call(http, token, 'delete_webhook', { id: hook.id });
     out(
       `round ${round + 1}: ${integer.format(without[round]!)} creates/s without, ${integer.format(rate)} with ` +
-        `(${deliveredThisRound()}/${made * webhookCount} delivered, ${streamedThisRound()}/${made * streamCount} streamed)`,
+        `(${deliveredThisRound()}/${made * webhookCount} delivered, ${repeatsThisRound()} of them repeats; ` +
+        `${streamedThisRound()}/${made * streamCount} streamed)`,
     );
+    out(`  without: ${cpuWithout}; ${stepsWithout}`);
+    out(`  with:    ${cpuWith}; ${stepsWith}`);
   }
   const mean = (values: number[]) => values.reduce((sum, value) => sum + value, 0) / values.length;
   const ratios = withListeners.map((rate, round) => (rate / without[round]!).toFixed(2));
@@ -284,11 +329,11 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
 }
 
 /** The cursor of the organization's last change: a stream opened from it carries only what comes next. */
-async function lastChange(http: HttpPool, token: string): Promise<string | undefined> {
+async function lastChange(http: HttpPool, token: string, organization: string): Promise<string | undefined> {
   let after: string | undefined;
   for (;;) {
     const page = (
-      await call<ChangePage>(http, token, 'list_changes', { organization_id: loadOrganization, limit: 1000, ...(after ? { after } : {}) })
+      await call<ChangePage>(http, token, 'list_changes', { organization_id: organization, limit: 1000, ...(after ? { after } : {}) })
     ).data;
     after = page.next;
     if (!page.has_more) return after;

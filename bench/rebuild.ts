@@ -11,7 +11,7 @@
  * dropped afterwards unless --keep; --database NAME reuses (or creates and seeds) a named one.
  * --verify folds every stream afterwards and compares it with the rebuilt tables.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
@@ -24,6 +24,7 @@ import { rebuildReadModel } from '../src/projections/rebuild/index.js';
 import { openStores } from '../src/runtime/stores.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../src/projections/verify.js';
 import { seedPostgresLog } from './seeded-history.js';
+import { machineTicks, postgresTicks, ticksPerSecond } from './cpu-ticks.js';
 
 const { values } = parseArgs({
   options: {
@@ -42,40 +43,8 @@ const out = (line: string) => process.stdout.write(`${line}\n`);
 const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 
 // ---------------------------------------------------------------------------------------------
-// CPU accounting (Linux): this process, the PostgreSQL server (postmaster with its reaped and
-// live children) and the whole machine, so that a figure taken on a busy or stolen-from virtual
-// machine can be told apart from the rebuild's own cost.
+// CPU accounting (bench/cpu-ticks.ts): the rebuild's own PostgreSQL server, found by its data directory.
 
-const ticksPerSecond = 100;
-function processTicks(pid: number): { own: number; children: number } | undefined {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return { own: Number(fields[11]) + Number(fields[12]), children: Number(fields[13]) + Number(fields[14]) };
-  } catch {
-    return undefined;
-  }
-}
-function postgresTicks(postmasterPid: number | undefined): number | undefined {
-  if (!postmasterPid) return undefined;
-  const main = processTicks(postmasterPid);
-  if (!main) return undefined;
-  let total = main.own + main.children;
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
-      if (Number(stat.split(') ')[1]!.split(' ')[1]) === postmasterPid) total += processTicks(Number(entry))?.own ?? 0;
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return total;
-}
-function machineTicks(): { busy: number; steal: number; total: number } {
-  const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-  const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = cpu;
-  return { busy: user + nice + system + irq + softirq, steal, total: user + nice + system + idle + iowait + irq + softirq + steal };
-}
 const findPostmaster = () =>
   (() => {
     try {

@@ -1,6 +1,6 @@
 import type { GlobalPosition } from '../../eventstore/port.js';
 import type { Pool } from '../../infra/postgres.js';
-import { pageOf, type ChangePage, type ChangeQuery } from '../feed.js';
+import { pageOf, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
 import { readChanges } from './table.js';
 
 /** How far the projection has got, and a wait for it to move (src/projections/progress.ts). */
@@ -14,13 +14,29 @@ export type FeedProgress = {
  * projection to move (a notification from whichever instance projects, or the checkpoint's poll)
  * and reads again, until a change is there or the time is up. The position is taken before each
  * read, so a batch committed between the read and the wait still ends the wait.
+ *
+ * Identical reads under way at the same position share one: the open streams of an organization,
+ * all woken by the same batch at the same cursor, cost one statement rather than one each. Only
+ * reads begun at the same position are shared, so each still sees every batch its waiter saw.
  */
 export function createChangeFeed(pool: Pool, progress: FeedProgress) {
+  const reading = new Map<string, Promise<StoredChange[]>>();
+  const read = (query: ChangeQuery, seen: GlobalPosition): Promise<StoredChange[]> => {
+    const key = JSON.stringify([seen, query.after, query.organizations, query.workspaceId ?? null, query.types, query.limit], (_, value) =>
+      typeof value === 'bigint' ? value.toString() : (value as unknown),
+    );
+    let rows = reading.get(key);
+    if (!rows) {
+      rows = readChanges(pool, query).finally(() => reading.delete(key));
+      reading.set(key, rows);
+    }
+    return rows;
+  };
   return async (query: ChangeQuery, waitMs: number, signal?: AbortSignal): Promise<ChangePage> => {
     const deadline = performance.now() + waitMs;
     for (;;) {
       const seen = progress.current;
-      const rows = await readChanges(pool, query);
+      const rows = await read(query, seen);
       const remaining = deadline - performance.now();
       if (rows.length > 0 || remaining <= 0 || signal?.aborted) return pageOf(rows, query);
       await progress.waitPast(seen, remaining, signal);

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { request, type Agent } from 'undici';
 import type { FeedProgress } from '../../changes/adapters/feed.js';
+import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
 import { changeOf, type StoredChange } from '../../changes/feed.js';
 import type { Pool } from '../../infra/postgres.js';
 import { outcomeOf, retryDelay, type AttemptOutcome } from '../schedule.js';
@@ -22,9 +23,19 @@ export type DispatcherObserver = {
   onDelivered?: (secondsSinceChange: number) => void;
 };
 
-/** Changes taken from the feed per webhook per round, and attempts leased per round. */
-const enqueuedPerRound = 1000;
-const leasedPerRound = 32;
+/**
+ * Changes taken from the feed per webhook per enqueueing round, kept small: the statement holds a
+ * transaction id while it runs, and the PostgreSQL log's readers (the projector) read nothing past
+ * the oldest one running (src/eventstore/postgres.ts), so a long enqueue holds back every
+ * command's read-your-writes wait. At 1,000 a statement that fell behind under load grew longer
+ * each round, and creates waited 2 s on the projection (bench:changes, wait_projection).
+ */
+const enqueuedPerRound = 100;
+/** Attempts one instance has out or not yet recorded at once; and the most leased by one statement. */
+const attemptsAtOnce = 256;
+const leasedPerRound = 128;
+/** After the database refused to record outcomes: when to try again (they are kept meanwhile). */
+const recordRetryMs = 1000;
 
 type Leased = StoredChange & {
   webhook_id: string;
@@ -36,6 +47,18 @@ type Leased = StoredChange & {
   lease: string;
 };
 
+/** An attempt's outcome, waiting to be recorded with the others that finished about the same time. */
+type Outcome = {
+  delivery: Leased;
+  /** The delivery's next status: `pending` again when a retry is left. */
+  next: 'pending' | 'succeeded' | 'failed';
+  outcome: AttemptOutcome;
+  status: number | undefined;
+  problem: string | undefined;
+  retryInMs: number;
+  seconds: number;
+};
+
 /**
  * Delivers webhooks (contract §15), in every instance at once, sharing the work through
  * PostgreSQL rather than a leader:
@@ -45,17 +68,27 @@ type Leased = StoredChange & {
  *   change feed's table, in log order, inserts a pending delivery for those of its types, and moves
  *   the position, all in one statement. The feed's rows become visible in log order (one projector,
  *   one transaction per batch), so no change is passed over.
- * - Attempts: a round leases due deliveries FOR UPDATE SKIP LOCKED, counting the attempt and
- *   holding it `timeout + 30 s` under a fresh lease id; only a delivery with no earlier pending one
- *   of the same record for the same webhook is due, so a record's changes go in version order
- *   while other records go on. The outcome is written only under the same lease id. An instance
- *   killed mid-attempt leaves the lease to run out: the attempt is made again, with the same
- *   `webhook-id` (the change's id), and that is the only way one is made twice.
+ * - Attempts: due deliveries are leased FOR UPDATE SKIP LOCKED, counting the attempt and holding
+ *   it `timeout + 30 s` under a fresh lease id; only a delivery with no earlier pending one of the
+ *   same record for the same webhook is due, so a record's changes go in version order while
+ *   other records go on. Leasing goes on while attempts are out, up to {@link attemptsAtOnce}, so
+ *   a slow receiver holds back only its own record's next changes. The outcomes that finish
+ *   while a statement records the previous ones are recorded together by the next, each only
+ *   under its own lease id. An instance killed mid-attempt leaves the lease to run out: the attempt
+ *   is made again, with the same `webhook-id` (the change's id), and that is the only way one is
+ *   made twice.
  */
 export class WebhookDispatcher {
   private readonly agent: Agent;
   private readonly stopped = new AbortController();
   private running: Promise<void> | undefined;
+  /** Attempts out, and outcomes not yet recorded: what counts against {@link attemptsAtOnce}. */
+  private unrecorded = 0;
+  private readonly attempts = new Set<Promise<void>>();
+  private readonly outcomes: Outcome[] = [];
+  private recording: Promise<void> | undefined;
+  /** Ends the loop's idle wait: outcomes were recorded, so more may be due. */
+  private wake: () => void = () => undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -72,8 +105,10 @@ export class WebhookDispatcher {
     this.running ??= this.loop();
   }
 
+  /** Stops leasing, lets the attempts out finish and records them (leases left unrecorded run out). */
   async stop(): Promise<void> {
     this.stopped.abort();
+    this.wake();
     await this.running;
     await this.agent.close();
   }
@@ -88,22 +123,33 @@ export class WebhookDispatcher {
 
   private async loop(): Promise<void> {
     const { signal } = this.stopped;
+    let enqueuedAt: GlobalPosition | undefined;
+    let enqueuedWhen = 0;
     while (!signal.aborted) {
       const seen = this.progress.current;
+      // Ended by new outcomes recorded, and by stop() (which aborts `signal` first).
+      const idle = new AbortController();
+      this.wake = () => idle.abort();
       let busy = false;
       try {
-        await this.enqueue();
-        busy = (await this.attemptDue()) > 0;
+        // Only when the feed moved, or now and then for a webhook created or enabled again meanwhile.
+        if (enqueuedAt === undefined || comparePositions(seen, enqueuedAt) > 0 || performance.now() - enqueuedWhen >= this.pollMs) {
+          await this.enqueue();
+          enqueuedAt = seen;
+          enqueuedWhen = performance.now();
+        }
+        busy = await this.leaseAndAttempt();
       } catch (error) {
         // The database is away or restarting: the next round tries again; nothing was lost (leases run out).
         this.logger.warn({ err: (error as Error).message }, 'webhook round failed; retrying');
       }
-      if (!busy && !signal.aborted) {
-        await this.progress.waitPast(seen, this.pollMs, signal);
+      if (!busy && !signal.aborted && !idle.signal.aborted) {
+        await this.progress.waitPast(seen, this.pollMs, idle.signal);
       }
     }
+    while (this.attempts.size > 0) await Promise.all(this.attempts);
+    await this.recording;
   }
-
   private async enqueue(): Promise<void> {
     await this.pool.query(
       `WITH w AS (
@@ -132,8 +178,10 @@ export class WebhookDispatcher {
     );
   }
 
-  /** Leases the due attempts and makes them side by side; the number made. */
-  private async attemptDue(): Promise<number> {
+  /** Leases due attempts, as many as there is room for, and sets them going; whether it filled the room (more may be due). */
+  private async leaseAndAttempt(): Promise<boolean> {
+    const room = Math.min(leasedPerRound, attemptsAtOnce - this.unrecorded);
+    if (room <= 0) return false;
     const leaseMs = this.settings.timeoutMs + 30_000;
     const { rows } = await this.pool.query<Leased>(
       `WITH due AS (
@@ -158,14 +206,28 @@ export class WebhookDispatcher {
        FROM leased l JOIN webhooks w ON w.id = l.webhook_id
        JOIN changes c ON c.organization_id = l.organization_id AND c.commit_position = l.commit_position
          AND c.prepare_position = l.prepare_position`,
-      [leasedPerRound, randomUUID(), leaseMs],
+      [room, randomUUID(), leaseMs],
     );
-    // One lease id per round is enough to tell this round's attempts from a later round's; each row also carries its own key.
-    await Promise.all(rows.map((row) => this.attempt(row)));
-    return rows.length;
+    // One lease id per statement is enough to tell these attempts from a later lease's; each row also carries its own key.
+    for (const row of rows) {
+      this.unrecorded += 1;
+      const attempt: Promise<void> = this.attempt(row)
+        .then((outcome) => {
+          this.outcomes.push(outcome);
+          this.recordWaiting();
+        })
+        .catch((error: unknown) => {
+          // Nothing is lost: the lease runs out and the attempt is made again.
+          this.unrecorded -= 1;
+          this.logger.error({ err: (error as Error).message, webhook: row.webhook_id }, 'a webhook attempt failed to run');
+        })
+        .finally(() => this.attempts.delete(attempt));
+      this.attempts.add(attempt);
+    }
+    return rows.length === room;
   }
 
-  private async attempt(delivery: Leased): Promise<void> {
+  private async attempt(delivery: Leased): Promise<Outcome> {
     const change = changeOf(delivery);
     const body = deliveryBody(change);
     const started = performance.now();
@@ -196,52 +258,108 @@ export class WebhookDispatcher {
         problem = (error as Error).name === 'TimeoutError' ? `no answer within ${this.settings.timeoutMs} ms` : (error as Error).message;
       }
     }
-    await this.record(delivery, status, problem, (performance.now() - started) / 1000);
+    const outcome = problem === undefined ? outcomeOf(status) : status === 410 ? 'gone' : 'failed';
+    const retryInMs = outcome === 'failed' ? retryDelay(this.settings.retrySchedule, delivery.attempts, Math.random()) : undefined;
+    return {
+      delivery,
+      next: retryInMs !== undefined ? 'pending' : outcome === 'succeeded' ? 'succeeded' : 'failed',
+      outcome,
+      status,
+      problem,
+      retryInMs: retryInMs ?? 0,
+      seconds: (performance.now() - started) / 1000,
+    };
+  }
+
+  /** Records the outcomes waiting, one statement at a time: those that finish meanwhile go in the next. */
+  private recordWaiting(): void {
+    this.recording ??= (async () => {
+      while (this.outcomes.length > 0) {
+        const outcomes = this.outcomes.splice(0);
+        try {
+          await this.record(outcomes);
+        } catch (error) {
+          // Kept for the next try; their leases hold meanwhile. Once stopping, they are left to run out.
+          this.outcomes.unshift(...outcomes);
+          this.logger.warn({ err: (error as Error).message }, 'webhook outcomes not recorded; retrying');
+          if (this.stopped.signal.aborted) return;
+          await new Promise((resolve) => setTimeout(resolve, recordRetryMs));
+        }
+      }
+    })().finally(() => (this.recording = undefined));
   }
 
   /**
-   * Writes an attempt's outcome under its lease; a lease taken over meanwhile (this instance was
-   * frozen past it) writes nothing. The delivery's row is locked before the webhook's, as a
-   * deletion of the webhook does too (WebhookStore.remove).
+   * Writes outcomes, each under its lease: one whose lease was taken over meanwhile (this instance
+   * was frozen past it) writes nothing. The deliveries' rows are locked in key order, then the
+   * webhooks' rows by id, as a deletion of a webhook locks them too (WebhookStore.remove), so that
+   * the two never deadlock. A webhook's row follows its last outcome here: a success clears its
+   * failing time, a failure starts it, and a 410 among them disables it.
    */
-  private async record(delivery: Leased, status: number | undefined, problem: string | undefined, seconds: number): Promise<void> {
-    const outcome = problem === undefined ? outcomeOf(status) : status === 410 ? 'gone' : 'failed';
-    const delay = outcome === 'failed' ? retryDelay(this.settings.retrySchedule, delivery.attempts, Math.random()) : undefined;
-    const next = outcome === 'failed' && delay !== undefined ? 'pending' : outcome === 'succeeded' ? 'succeeded' : 'failed';
-    const key = [delivery.webhook_id, delivery.commit_position, delivery.prepare_position, delivery.lease];
-    const { rowCount } = await this.pool.query(
-      `WITH delivery AS (
-         UPDATE webhook_deliveries SET status = $5, last_status_code = $6, last_error = $7, lease = NULL, leased_until = NULL,
-           next_attempt_at = CASE WHEN $5 = 'pending' THEN now() + make_interval(secs => $8::float8 / 1000) END
-         WHERE webhook_id = $1 AND commit_position = $2 AND prepare_position = $3 AND lease = $4::uuid
-         RETURNING webhook_id
+  private async record(outcomes: readonly Outcome[]): Promise<void> {
+    const rows = outcomes.map(({ delivery, next, outcome, status, problem, retryInMs }, ordinal) => ({
+      ordinal,
+      webhook_id: delivery.webhook_id,
+      commit_position: delivery.commit_position,
+      prepare_position: delivery.prepare_position,
+      lease: delivery.lease,
+      status: next,
+      code: status ?? null,
+      error: problem ?? null,
+      retry_ms: retryInMs,
+      succeeded: outcome === 'succeeded',
+      gone: outcome === 'gone',
+    }));
+    const { rows: recorded } = await this.pool.query<{ ordinal: number }>(
+      `WITH outcome AS (
+         SELECT * FROM jsonb_to_recordset($1::jsonb) AS o(ordinal int, webhook_id text, commit_position numeric,
+           prepare_position numeric, lease uuid, status text, code int, error text, retry_ms float8, succeeded boolean, gone boolean)
+       ), locked AS MATERIALIZED (
+         SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhook_deliveries d JOIN outcome o
+           ON (d.webhook_id, d.commit_position, d.prepare_position, d.lease) = (o.webhook_id, o.commit_position, o.prepare_position, o.lease)
+         ORDER BY d.webhook_id, d.commit_position, d.prepare_position
+         FOR UPDATE OF d
+       ), delivery AS (
+         UPDATE webhook_deliveries d SET status = o.status, last_status_code = o.code, last_error = o.error, lease = NULL,
+           leased_until = NULL, next_attempt_at = CASE WHEN o.status = 'pending' THEN now() + make_interval(secs => o.retry_ms / 1000) END
+         FROM locked l JOIN outcome o USING (webhook_id, commit_position, prepare_position)
+         WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (l.webhook_id, l.commit_position, l.prepare_position)
+           AND d.lease = o.lease
+         RETURNING o.ordinal, o.webhook_id, o.succeeded, o.gone
+       ), last_of_webhook AS (
+         SELECT DISTINCT ON (webhook_id) webhook_id, succeeded, bool_or(gone) OVER (PARTITION BY webhook_id) AS gone
+         FROM delivery ORDER BY webhook_id, ordinal DESC
+       ), webhook AS MATERIALIZED (
+         -- A success on a webhook that was not failing changes nothing in its row: left alone, it is
+         -- neither locked (outcomes of other instances would queue on it, and a deletion holding it
+         -- would hold them) nor written again once per delivery.
+         SELECT w.id, l.succeeded, l.gone FROM webhooks w JOIN last_of_webhook l ON l.webhook_id = w.id
+         WHERE NOT (l.succeeded AND w.failing_since IS NULL)
+         ORDER BY w.id
+         FOR UPDATE OF w
+       ), disabled AS (
+         UPDATE webhooks SET
+           failing_since = CASE WHEN k.succeeded THEN NULL ELSE COALESCE(failing_since, now()) END,
+           enabled = enabled AND NOT (k.gone OR (NOT k.succeeded AND COALESCE(failing_since, now()) < now() - make_interval(secs => $2::float8 / 1000))),
+           disabled_reason = CASE
+             WHEN NOT enabled THEN disabled_reason
+             WHEN k.gone THEN 'gone'
+             WHEN NOT k.succeeded AND COALESCE(failing_since, now()) < now() - make_interval(secs => $2::float8 / 1000) THEN 'failing'
+           END
+         FROM webhook k WHERE webhooks.id = k.id
        )
-       UPDATE webhooks SET
-         failing_since = CASE WHEN $9 THEN NULL ELSE COALESCE(failing_since, now()) END,
-         enabled = enabled AND NOT ($10 OR (NOT $9 AND COALESCE(failing_since, now()) < now() - make_interval(secs => $11::float8 / 1000))),
-         disabled_reason = CASE
-           WHEN NOT enabled THEN disabled_reason
-           WHEN $10 THEN 'gone'
-           WHEN NOT $9 AND COALESCE(failing_since, now()) < now() - make_interval(secs => $11::float8 / 1000) THEN 'failing'
-         END
-       -- A success on a webhook that was not failing changes nothing in its row: left alone, it is
-       -- neither locked (attempts side by side would queue on it, and a deletion holding it would
-       -- deadlock with them) nor written again once per delivery.
-       WHERE id IN (SELECT webhook_id FROM delivery) AND NOT ($9 AND failing_since IS NULL)`,
-      [
-        ...key,
-        next,
-        status ?? null,
-        problem ?? null,
-        delay ?? 0,
-        outcome === 'succeeded',
-        outcome === 'gone',
-        this.settings.disableAfterMs,
-      ],
+       SELECT ordinal FROM delivery`,
+      [JSON.stringify(rows), this.settings.disableAfterMs],
     );
-    this.observer.onAttempt?.(next === 'pending' ? 'retry' : outcome, seconds);
-    if (outcome === 'succeeded') this.observer.onDelivered?.(Math.max(0, (Date.now() - Date.parse(delivery.occurred_at)) / 1000));
-    if (rowCount === 0)
-      this.logger.warn({ webhook: delivery.webhook_id }, 'a webhook attempt outlived its lease; its outcome was not recorded');
+    this.unrecorded -= outcomes.length;
+    this.wake();
+    const written = new Set(recorded.map((row) => row.ordinal));
+    outcomes.forEach(({ delivery, next, outcome, seconds }, ordinal) => {
+      this.observer.onAttempt?.(next === 'pending' ? 'retry' : outcome, seconds);
+      if (outcome === 'succeeded') this.observer.onDelivered?.(Math.max(0, (Date.now() - Date.parse(delivery.occurred_at)) / 1000));
+      if (!written.has(ordinal)) {
+        this.logger.warn({ webhook: delivery.webhook_id }, 'a webhook attempt outlived its lease; its outcome was not recorded');
+      }
+    });
   }
 }

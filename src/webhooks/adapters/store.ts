@@ -84,14 +84,21 @@ export class WebhookStore {
   }
 
   /**
-   * Its deliveries first, then the webhook: the order in which an attempt's outcome locks them
-   * (WebhookDispatcher.record), so that the two never deadlock. Then whatever an enqueueing round,
-   * which holds the webhook until it commits, added meanwhile.
+   * Its deliveries first, in key order, then the webhook: the order in which attempts' outcomes
+   * lock them (WebhookDispatcher.record), so that the two never deadlock. Then whatever an
+   * enqueueing round, which holds the webhook until it commits, added meanwhile.
    */
   async remove(id: string, organizations: readonly string[]): Promise<boolean> {
     return inTransaction(this.pool, async (client) => {
       await client.query(
-        'DELETE FROM webhook_deliveries WHERE webhook_id IN (SELECT id FROM webhooks WHERE id = $1 AND organization_id = ANY($2))',
+        `WITH locked AS MATERIALIZED (
+           SELECT webhook_id, commit_position, prepare_position FROM webhook_deliveries
+           WHERE webhook_id IN (SELECT id FROM webhooks WHERE id = $1 AND organization_id = ANY($2))
+           ORDER BY commit_position, prepare_position
+           FOR UPDATE
+         )
+         DELETE FROM webhook_deliveries d USING locked l
+         WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (l.webhook_id, l.commit_position, l.prepare_position)`,
         [id, organizations],
       );
       const { rowCount } = await client.query('DELETE FROM webhooks WHERE id = $1 AND organization_id = ANY($2)', [id, organizations]);

@@ -24,6 +24,9 @@ describe('webhook delivery', () => {
   let answer = 200;
   /** While set, answers wait for it. */
   let held: Promise<void> | undefined;
+  /** While set, answers to /slow wait for it; what came there is counted apart. */
+  let slow: Promise<void> | undefined;
+  let slowArrived = 0;
   let ids = 0;
   const store = () => new WebhookStore(pool, () => `wh_${++ids}`);
   const metadata = { actor: 'alice', request_id: 'r', occurred_at: '2026-11-25T10:00:00.000000Z', schema_version: 2 };
@@ -66,7 +69,10 @@ describe('webhook delivery', () => {
     await migrate(pool, { eventStore: false });
     server = createServer((request, response) => {
       void readDelivery(request, secret).then(async (delivery) => {
-        received.push(delivery);
+        if (request.url === '/slow') {
+          slowArrived += 1;
+          await slow;
+        } else received.push(delivery);
         await held;
         response.writeHead(answer).end();
       });
@@ -163,5 +169,29 @@ describe('webhook delivery', () => {
     held = undefined;
     await dispatcher.stop();
     expect(recorded).toBe('succeeded');
+  });
+
+  it("goes on with other webhooks' deliveries while an attempt waits for a slow receiver", async () => {
+    received.length = 0;
+    let release: () => void = () => undefined;
+    slow = new Promise((resolve) => (release = resolve));
+    await store().create({ organization_id: 'org_five', url: `${url}slow`, types: ['WorkspaceCreated'], description: '' });
+    const fast = await store().create({ organization_id: 'org_five', url, types: ['WorkspaceCreated'], description: '' });
+    secret = fast.secret;
+    const dispatcher = new WebhookDispatcher(pool, idle, settings(), logger, {}, 20);
+    dispatcher.start();
+    await project('org_five', 1);
+    await until(() => received.length === 1 && slowArrived === 1);
+    // The slow receiver holds its answer; the fast one gets the next changes meanwhile.
+    await project('org_five', 3);
+    await until(() => received.length === 4, 5000);
+    const whileHeld = received.length;
+    release();
+    slow = undefined;
+    await until(() => slowArrived === 4);
+    await dispatcher.stop();
+    expect(whileHeld).toBe(4);
+    expect(received.every((r) => r.verified)).toBe(true);
+    expect(slowArrived).toBe(4);
   });
 });

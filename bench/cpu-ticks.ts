@@ -1,0 +1,37 @@
+/**
+ * CPU accounting for benches (Linux, /proc): a process, the PostgreSQL server (postmaster with
+ * its reaped and live children) and the whole machine, so that a figure taken on a busy or
+ * stolen-from machine can be told apart from the work's own cost.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+
+export const ticksPerSecond = 100;
+export function processTicks(pid: number): { own: number; children: number } | undefined {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return { own: Number(fields[11]) + Number(fields[12]), children: Number(fields[13]) + Number(fields[14]) };
+  } catch {
+    return undefined;
+  }
+}
+export function postgresTicks(postmasterPid: number | undefined): number | undefined {
+  if (!postmasterPid) return undefined;
+  const main = processTicks(postmasterPid);
+  if (!main) return undefined;
+  let total = main.own + main.children;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.split(') ')[1]!.split(' ')[1]) === postmasterPid) total += processTicks(Number(entry))?.own ?? 0;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return total;
+}
+export function machineTicks(): { busy: number; steal: number; total: number } {
+  const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = cpu;
+  return { busy: user + nice + system + irq + softirq, steal, total: user + nice + system + idle + iowait + irq + softirq + steal };
+}
