@@ -217,8 +217,17 @@ const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-bench-'));
 const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(dataDir, logger);
 const adminUrl = process.env.DATABASE_URL ?? embedded!.url;
 const [serviceDatabase, baselineDatabase] = await createDatabases(adminUrl, ['bench_service', 'bench_crud']);
-const service = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } });
-const baseline = await startBaselineProcess(baselineDatabase!);
+/** A start that fails (a service that does not answer in time, on a loaded machine) leaves no embedded PostgreSQL running. */
+const abandon = async (error: unknown): Promise<never> => {
+  await embedded?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+  throw error;
+};
+const service = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } }).catch(abandon);
+const baseline = await startBaselineProcess(baselineDatabase!).catch(async (error: unknown) => {
+  await service.signal('SIGTERM');
+  return abandon(error);
+});
 const token = await mintToken(testSecret, { subject: 'bench', organizations: [organization], expiresIn: '2h' });
 const targets: Target[] = [
   { name: 'service', url: service.url, token, ids: [] },
