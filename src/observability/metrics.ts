@@ -12,8 +12,8 @@ const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
  * which the request buckets cannot tell from 25 or 50 ms.
  */
 const stepBuckets = [
-  0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5,
-  1, 2.5, 5, 10,
+  0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1,
+  2.5, 5, 10,
 ];
 
 /** The projection lag is counted by reading at most this many unprojected events per scrape. */
