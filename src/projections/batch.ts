@@ -89,25 +89,6 @@ export function rowsToLoad(events: LoggedEvent[]): RowsNeeded {
 
 /** Folds a batch of events, in global order, over the rows they touch. Pure. */
 export function applyBatch(events: Envelope[], loaded: LoadedRows): BatchChanges {
-  const folding = foldBatch(events, loaded, Infinity);
-  for (;;) {
-    const step = folding.next();
-    if (step.done) return step.value;
-  }
-}
-
-/**
- * Events folded between two turns of the event loop, where the projector runs in the service's
- * process: about a millisecond's work, so that a request arriving meanwhile waits that long, not a
- * whole batch's fold.
- */
-export const eventsBetweenTurns = 200;
-
-/**
- * applyBatch in slices: pauses after every `eventsPerSlice` events, so that a caller can give the
- * event loop a turn between them (the changes are collected after the last).
- */
-export function* foldBatch(events: Envelope[], loaded: LoadedRows, eventsPerSlice = eventsBetweenTurns): Generator<void, BatchChanges> {
   const workspaces = new Map<string, WorkspaceRow | null>(loaded.workspaces);
   const solutions = new Map<string, SolutionRow | null>(loaded.solutions);
   const pendingCascades: BatchChanges['pendingCascades'] = [];
@@ -121,8 +102,7 @@ export function* foldBatch(events: Envelope[], loaded: LoadedRows, eventsPerSlic
   };
   for (const row of loaded.solutions.values()) index(row.workspace_id, row.id);
 
-  for (const [position, event] of events.entries()) {
-    if (position > 0 && position % eventsPerSlice === 0) yield;
+  for (const event of events) {
     switch (event.type) {
       case 'WorkspaceCreated':
       case 'WorkspaceUpdated':

@@ -1,4 +1,3 @@
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import pg from 'pg';
 import type { Logger } from 'pino';
 import { changeEntriesOf } from '../changes/feed.js';
@@ -6,7 +5,7 @@ import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eve
 import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings, isConnectionError } from '../infra/postgres.js';
-import { foldBatch, rowsToLoad, type BatchChanges, type LoadedRows } from './batch.js';
+import { applyBatch, rowsToLoad, type BatchChanges, type LoadedRows } from './batch.js';
 import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
 import { progressChannel, type ProjectionProgress } from './progress.js';
@@ -387,12 +386,7 @@ export class ProjectionRunner {
       rows instanceof pg.Client
         ? await loadRows(rows, rowsToLoad(events))
         : await rows.catchUp.cache.load(rows.catchUp.loader, envelopes, rows.pending);
-    // The service's requests get a turn between slices of the fold.
-    const folding = foldBatch(envelopes, loaded);
-    for (let step = folding.next(); ; step = folding.next()) {
-      if (step.done) return { loaded, changes: step.value };
-      await nextTurn();
-    }
+    return { loaded, changes: applyBatch(envelopes, loaded) };
   }
 
   /**

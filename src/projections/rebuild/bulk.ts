@@ -4,7 +4,6 @@ import { changeEntriesOf, type FeedEvent } from '../../changes/feed.js';
 import { readLoggedEvent, UnreadableEvent, type LoggedEvent, type SkippedEvents } from '../../eventstore/event-log.js';
 import { startOfLog, type EventStore, type GlobalPosition, type StreamOrderedLog } from '../../eventstore/port.js';
 import { isSolutionEvent, isWorkspaceEvent } from '../../domain/events.js';
-import { eventsBetweenTurns } from '../batch.js';
 import { evolveSolutionRow, type SolutionRow } from '../solutions-table.js';
 import { advanceCheckpoint } from '../tables.js';
 import { evolveWorkspaceRow, type WorkspaceRow } from '../workspaces-table.js';
@@ -223,6 +222,12 @@ async function foldStreams(options: {
   }
   return { position: log.end, events };
 }
+
+/**
+ * Events folded between two turns of the event loop: about a millisecond's work, so that a request
+ * arriving meanwhile waits that long, not a whole page's fold (100 ms and more).
+ */
+const eventsBetweenTurns = 200;
 
 const positionFields = (position: GlobalPosition) => [position.commit.toString(), position.prepare.toString()];
 

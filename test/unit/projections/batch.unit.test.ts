@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
   applyBatch,
-  foldBatch,
   noChanges,
   rowsNeeded,
   rowsToLoad,
@@ -425,23 +424,5 @@ describe('applyBatch', () => {
       solutionCreated(at('10:00:01.000000'), { id: 'sol_1', workspace_id: 'ws_1' }),
     ];
     expect(applyBatch(events, loaded())).toEqual(applyBatch(events, loaded()));
-  });
-});
-
-describe('foldBatch', () => {
-  it('pauses after every slice of events and ends with the changes applyBatch makes', () => {
-    const events: Envelope[] = [
-      workspaceCreated(at('10:00:00.000000'), { id: 'ws_1' }),
-      solutionCreated(at('10:00:01.000000'), { id: 'sol_1', workspace_id: 'ws_1' }),
-      workspaceUpdated(at('10:00:02.000000'), { id: 'ws_1', name: 'Renamed' }),
-      solutionUpdated(at('10:00:03.000000'), { id: 'sol_1' }),
-      workspaceDeleted(at('10:00:04.000000'), { id: 'ws_1' }),
-    ];
-    const folding = foldBatch(events, loaded(), 2);
-    let pauses = 0;
-    let step = folding.next();
-    for (; !step.done; step = folding.next()) pauses += 1;
-    expect(pauses).toBe(2);
-    expect(step.value).toEqual(applyBatch(events, loaded()));
   });
 });
