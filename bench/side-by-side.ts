@@ -10,6 +10,9 @@
  * new one.
  *
  *   npm run bench -- [--seconds 5] [--rounds 3] [--connections 32] [--hot-events 100000]
+ *                    [--parts crud,two-instances,hot-record]
+ *
+ * `--parts` runs only the parts named: the side by side with the baseline, the two instances, the hot record.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import http from 'node:http';
@@ -35,8 +38,10 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '3' },
     connections: { type: 'string', default: '32' },
     'hot-events': { type: 'string', default: '100000' },
+    parts: { type: 'string', default: 'crud,two-instances,hot-record' },
   },
 });
+const parts = new Set(values.parts!.split(','));
 const hotRecordEvents = Number(values['hot-events']);
 const seconds = Number(values.seconds);
 const rounds = Number(values.rounds);
@@ -212,8 +217,17 @@ const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-bench-'));
 const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(dataDir, logger);
 const adminUrl = process.env.DATABASE_URL ?? embedded!.url;
 const [serviceDatabase, baselineDatabase] = await createDatabases(adminUrl, ['bench_service', 'bench_crud']);
-const service = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } });
-const baseline = await startBaselineProcess(baselineDatabase!);
+/** A start that fails (a service that does not answer in time, on a loaded machine) leaves no embedded PostgreSQL running. */
+const abandon = async (error: unknown): Promise<never> => {
+  await embedded?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+  throw error;
+};
+const service = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } }).catch(abandon);
+const baseline = await startBaselineProcess(baselineDatabase!).catch(async (error: unknown) => {
+  await service.signal('SIGTERM');
+  return abandon(error);
+});
 const token = await mintToken(testSecret, { subject: 'bench', organizations: [organization], expiresIn: '2h' });
 const targets: Target[] = [
   { name: 'service', url: service.url, token, ids: [] },
@@ -223,6 +237,26 @@ const targets: Target[] = [
 let second: ServiceProcess | undefined;
 
 try {
+  if (parts.has('crud')) await sideBySide();
+  if (parts.has('two-instances')) {
+    second = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } });
+    await twoInstances(second);
+    await second.signal('SIGTERM');
+    second = undefined;
+  }
+  // Last, a record with a long history against a new one (bench/hot-record.ts), on the first instance.
+  if (parts.has('hot-record'))
+    await hotRecordScenario({ url: service.url, databaseUrl: serviceDatabase!, events: hotRecordEvents, seconds });
+} finally {
+  agent.destroy();
+  await second?.signal('SIGTERM');
+  await service.signal('SIGTERM');
+  baseline.child.kill('SIGTERM');
+  await embedded?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+async function sideBySide(): Promise<void> {
   console.log(
     `side by side: ${connections} connections, ${rounds} alternating rounds of ${seconds} s per scenario and side; ` +
       `PostgreSQL ${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded'}; LOG_LEVEL=warn on the service`,
@@ -278,14 +312,15 @@ try {
   );
   console.log('where a service command spends its time, mean ms per command (from its /metrics):');
   for (const line of stepLines) console.log(line);
+}
 
+async function twoInstances(secondInstance: ServiceProcess): Promise<void> {
   // Two instances of the service on its one database, as deployed for availability: the first,
   // started first, holds the projector; the second only serves, and its commands wait for the
   // first's notifications. Creates from every connection to the first alone, then from the
   // connections split between both, the two alternating round by round; the lag is every
   // instance's projection waits over the rounds it took load in.
-  second = await startServiceProcess({ databaseUrl: serviceDatabase!, env: { LOG_LEVEL: 'warn' } });
-  const instances: Target[] = [targets[0]!, { name: 'service', url: second.url, token, ids: [] }];
+  const instances: Target[] = [targets[0]!, { name: 'service', url: secondInstance.url, token, ids: [] }];
   const setups = [
     { name: 'one instance', targets: instances.slice(0, 1), samples: [] as Sample[], intervals: [] as [Scrape, Scrape][] },
     { name: 'two instances', targets: instances, samples: [] as Sample[], intervals: [] as [Scrape, Scrape][] },
@@ -326,22 +361,19 @@ try {
         `   ${waitQuantile(setup.intervals, 0.5)} / ${waitQuantile(setup.intervals, 0.99)}${failures}`,
     );
   }
+  // Which instance's commands waited longer: the second's wait also takes the first's notification.
+  const [, both] = setups;
+  const lagOf = (index: number) => both!.intervals.filter((_, interval) => interval % instances.length === index);
+  console.log(
+    `projection lag p50 / p99 in the two-instance rounds, by instance: ` +
+      instances
+        .map((_, index) => `instance ${index + 1} ${waitQuantile(lagOf(index), 0.5)} / ${waitQuantile(lagOf(index), 0.99)}`)
+        .join(', '),
+  );
   const [one, two] = setups.map((setup) => throughput(merge(setup.samples)));
   console.log(
     `two instances / one: ${fmt(two! / one!, 2).trim()}x the creates/s; projector batches applied by ${projectedOn.join(' and ') || 'neither instance'}`,
   );
-
-  // Last, a record with a long history against a new one (bench/hot-record.ts), on the first instance.
-  await second.signal('SIGTERM');
-  second = undefined;
-  await hotRecordScenario({ url: service.url, databaseUrl: serviceDatabase!, events: hotRecordEvents, seconds });
-} finally {
-  agent.destroy();
-  await second?.signal('SIGTERM');
-  await service.signal('SIGTERM');
-  baseline.child.kill('SIGTERM');
-  await embedded?.stop();
-  rmSync(dataDir, { recursive: true, force: true });
 }
 
 function report(name: string, result: Record<Target['name'], Sample>, latencyRatio = false): void {

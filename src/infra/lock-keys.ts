@@ -9,4 +9,6 @@ export const lockKeys = {
   projector: 7_720_411_903,
   /** Session lock: one rebuild at a time. */
   rebuild: 7_720_411_904,
+  /** Transaction lock: instances' integrity tree keepers take turns. */
+  integrityTree: 7_720_411_905,
 } as const;

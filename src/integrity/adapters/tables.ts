@@ -1,4 +1,5 @@
 import type { GlobalPosition } from '../../eventstore/port.js';
+import { lockKeys } from '../../infra/lock-keys.js';
 import type { Pool, PoolClient } from '../../infra/postgres.js';
 import type { Checkpoint, PublicJwk } from '../checkpoints.js';
 import type { StoredLeaf } from '../audit.js';
@@ -9,18 +10,69 @@ import type { PlacedLeaf, StreamHead } from '../tree.js';
 
 type Queryable = Pick<PoolClient, 'query'>;
 
+/**
+ * Takes the tree's turn, for the rest of the transaction (instances take turns), and reads where
+ * the tree stands. An advisory lock rather than a row lock: a transaction takes a transaction id at
+ * its first lock of a row or write, and while it holds one the PostgreSQL store hides every append
+ * that commits after it from the projector (src/eventstore/postgres.ts); so the keeper reads
+ * without one, and writes its batch in one statement (saveTreeBatch).
+ */
 export async function lockProgress(client: Queryable): Promise<GlobalPosition> {
-  const { rows } = await client.query<{ commit_position: string; prepare_position: string }>(
-    'SELECT commit_position, prepare_position FROM integrity_progress FOR UPDATE',
-  );
-  return { commit: BigInt(rows[0]!.commit_position), prepare: BigInt(rows[0]!.prepare_position) };
+  await client.query('SELECT pg_advisory_xact_lock($1)', [lockKeys.integrityTree]);
+  return readTreeProgress(client);
 }
 
-export async function saveProgress(client: Queryable, position: GlobalPosition): Promise<void> {
-  await client.query('UPDATE integrity_progress SET commit_position = $1, prepare_position = $2', [
-    position.commit.toString(),
-    position.prepare.toString(),
-  ]);
+/** A batch of the tree: each organization's new leaves and the nodes they complete, the streams' new heads, and the position read to. */
+export type TreeBatch = {
+  growth: { organizationId: string; firstIndex: number; leaves: readonly PlacedLeaf[]; nodes: readonly MerkleNode[] }[];
+  heads: Map<string, StreamHead>;
+  progress: GlobalPosition;
+};
+
+/** Writes a batch in one statement (see lockProgress for why one). */
+export async function saveTreeBatch(client: Queryable, { growth, heads, progress }: TreeBatch): Promise<void> {
+  const leaves = growth.flatMap(({ organizationId, firstIndex, leaves }) =>
+    leaves.map((leaf, offset) => ({ organizationId, index: firstIndex + offset, leaf })),
+  );
+  const nodes = growth.flatMap(({ organizationId, nodes }) => nodes.map((node) => ({ organizationId, node })));
+  const entries = [...heads];
+  await client.query(
+    `WITH leaves AS (
+       INSERT INTO integrity_leaves (organization_id, leaf_index, stream_name, version, data_hash, previous_hash, hash)
+       SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[])
+     ), nodes AS (
+       INSERT INTO integrity_nodes (organization_id, level, index, hash)
+       SELECT * FROM unnest($8::text[], $9::smallint[], $10::bigint[], $11::bytea[])
+     ), trees AS (
+       INSERT INTO integrity_trees (organization_id, size) SELECT * FROM unnest($12::text[], $13::bigint[])
+       ON CONFLICT (organization_id) DO UPDATE SET size = excluded.size
+     ), streams AS (
+       INSERT INTO integrity_streams (stream_name, organization_id, head)
+       SELECT * FROM unnest($14::text[], $15::text[], $16::text[])
+       ON CONFLICT (stream_name) DO UPDATE SET head = excluded.head
+     )
+     UPDATE integrity_progress SET commit_position = $17, prepare_position = $18`,
+    [
+      leaves.map(({ organizationId }) => organizationId),
+      leaves.map(({ index }) => index),
+      leaves.map(({ leaf }) => leaf.streamName),
+      leaves.map(({ leaf }) => leaf.version.toString()),
+      leaves.map(({ leaf }) => leaf.data_hash),
+      leaves.map(({ leaf }) => leaf.previous_hash),
+      leaves.map(({ leaf }) => leaf.hash),
+      nodes.map(({ organizationId }) => organizationId),
+      nodes.map(({ node }) => node.level),
+      nodes.map(({ node }) => node.index),
+      nodes.map(({ node }) => node.hash),
+      growth.map(({ organizationId }) => organizationId),
+      growth.map(({ firstIndex, leaves }) => firstIndex + leaves.length),
+      entries.map(([name]) => name),
+      entries.map(([, head]) => head.organizationId),
+      entries.map(([, head]) => head.head),
+      progress.commit.toString(),
+      progress.prepare.toString(),
+    ],
+  );
 }
 
 export async function readStreamHeads(client: Queryable, streamNames: string[]): Promise<Map<string, StreamHead>> {
@@ -29,16 +81,6 @@ export async function readStreamHeads(client: Queryable, streamNames: string[]):
     [streamNames],
   );
   return new Map(rows.map((row) => [row.stream_name, { organizationId: row.organization_id, head: row.head }]));
-}
-
-export async function saveStreamHeads(client: Queryable, heads: Map<string, StreamHead>): Promise<void> {
-  const entries = [...heads];
-  await client.query(
-    `INSERT INTO integrity_streams (stream_name, organization_id, head)
-     SELECT * FROM unnest($1::text[], $2::text[], $3::text[])
-     ON CONFLICT (stream_name) DO UPDATE SET head = excluded.head`,
-    [entries.map(([name]) => name), entries.map(([, head]) => head.organizationId), entries.map(([, head]) => head.head)],
-  );
 }
 
 export async function treeSizes(client: Queryable, organizationIds: string[]): Promise<Map<string, number>> {
@@ -58,38 +100,6 @@ export async function readNodes(client: Queryable, organizationId: string, keys:
     [organizationId, keys.map((key) => key.level), keys.map((key) => key.index)],
   );
   return rows.map((row) => ({ level: row.level, index: Number(row.index), hash: row.hash }));
-}
-
-/** Appends leaves and the nodes they complete to an organization's tree, which now holds `size` leaves. */
-export async function saveTreeGrowth(
-  client: Queryable,
-  organizationId: string,
-  firstIndex: number,
-  leaves: readonly PlacedLeaf[],
-  nodes: readonly MerkleNode[],
-): Promise<void> {
-  await client.query(
-    `INSERT INTO integrity_leaves (organization_id, leaf_index, stream_name, version, data_hash, previous_hash, hash)
-     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[])`,
-    [
-      organizationId,
-      leaves.map((_, offset) => firstIndex + offset),
-      leaves.map((leaf) => leaf.streamName),
-      leaves.map((leaf) => leaf.version.toString()),
-      leaves.map((leaf) => leaf.data_hash),
-      leaves.map((leaf) => leaf.previous_hash),
-      leaves.map((leaf) => leaf.hash),
-    ],
-  );
-  await client.query(
-    `INSERT INTO integrity_nodes (organization_id, level, index, hash) SELECT $1, * FROM unnest($2::smallint[], $3::bigint[], $4::bytea[])`,
-    [organizationId, nodes.map((node) => node.level), nodes.map((node) => node.index), nodes.map((node) => node.hash)],
-  );
-  await client.query(
-    `INSERT INTO integrity_trees (organization_id, size) VALUES ($1, $2)
-     ON CONFLICT (organization_id) DO UPDATE SET size = excluded.size`,
-    [organizationId, firstIndex + leaves.length],
-  );
 }
 
 type CheckpointRow = { organization_id: string; size: string; root_hash: string; timestamp: string; key_id: string; signature: string };

@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { comparePositions, type EventStore, type GlobalPosition } from '../../eventstore/port.js';
+import { comparePositions, latestPosition, type EventStore, type GlobalPosition } from '../../eventstore/port.js';
 import { inTransaction, type Pool } from '../../infra/postgres.js';
 import { signCheckpoint, type SigningKey } from '../checkpoints.js';
 import { appendLeaves, frontier, lookupIn, nodesRead, rootHash } from '../merkle.js';
@@ -10,11 +10,10 @@ import {
   readTreeProgress,
   readStreamHeads,
   saveCheckpoint,
-  saveProgress,
-  saveStreamHeads,
-  saveTreeGrowth,
+  saveTreeBatch,
   treesDueForCheckpoint,
   treeSizes,
+  type TreeBatch,
 } from './tables.js';
 
 const defaultBatchSize = 2000;
@@ -44,7 +43,7 @@ export type TreeKeeperOptions = {
  *
  * It runs in its own transactions, not the projector's: the tree is append-only evidence, while
  * the read tables are rebuilt at will, and the projector's batches are on the path of every
- * command's answer. Each batch is written under the progress row's lock, from the position it was
+ * command's answer. Each batch is written under the keeper's advisory lock, from the position it was
  * read after, so several instances may run it: they take turns, and each batch is whole or not at
  * all (a crash mid-batch leaves the tree as it was).
  * Signing comes after, in its own statement: a crash between leaves a tree with no checkpoint of
@@ -105,24 +104,30 @@ export class TreeKeeper {
         else byOrganization.set(leaf.organizationId, [leaf]);
       }
       const sizes = await treeSizes(client, [...byOrganization.keys()]);
+      const growth: TreeBatch['growth'] = [];
       for (const [organizationId, organizationLeaves] of byOrganization) {
-        await this.grow(client, organizationId, sizes.get(organizationId) ?? 0, organizationLeaves);
+        growth.push(await this.grow(client, organizationId, sizes.get(organizationId) ?? 0, organizationLeaves));
       }
-      if (heads.size > 0) await saveStreamHeads(client, heads);
       const last: GlobalPosition = events[events.length - 1]!.position;
-      if (comparePositions(last, after) > 0) await saveProgress(client, last);
+      await saveTreeBatch(client, { growth, heads, progress: latestPosition([after, last])! });
       return events.length;
     });
   }
 
-  private async grow(client: Parameters<typeof readNodes>[0], organizationId: string, size: number, leaves: PlacedLeaf[]): Promise<void> {
+  /** An organization's tree grown by `leaves`: the nodes they complete, over the stored edge of its `size` leaves. */
+  private async grow(
+    client: Parameters<typeof readNodes>[0],
+    organizationId: string,
+    size: number,
+    leaves: PlacedLeaf[],
+  ): Promise<TreeBatch['growth'][number]> {
     const edge = await readNodes(client, organizationId, frontier(size));
     const nodes = appendLeaves(
       size,
       leaves.map((leaf) => leaf.hash),
       lookupIn(edge),
     );
-    await saveTreeGrowth(client, organizationId, size, leaves, nodes);
+    return { organizationId, firstIndex: size, leaves, nodes };
   }
 
   /** Signs a checkpoint of each tree that is due one. */
