@@ -102,6 +102,33 @@ export async function readNodes(client: Queryable, organizationId: string, keys:
   return rows.map((row) => ({ level: row.level, index: Number(row.index), hash: row.hash }));
 }
 
+/** The nodes at `keys` of several organizations' trees, in one round trip. */
+export async function readNodesOfTrees(
+  client: Queryable,
+  keys: ReadonlyMap<string, readonly NodeKey[]>,
+): Promise<Map<string, MerkleNode[]>> {
+  const organizations: string[] = [];
+  const levels: number[] = [];
+  const indexes: number[] = [];
+  for (const [organizationId, organizationKeys] of keys) {
+    for (const key of organizationKeys) {
+      organizations.push(organizationId);
+      levels.push(key.level);
+      indexes.push(key.index);
+    }
+  }
+  const nodes = new Map<string, MerkleNode[]>([...keys.keys()].map((organizationId) => [organizationId, []]));
+  if (organizations.length === 0) return nodes;
+  const { rows } = await client.query<{ organization_id: string; level: number; index: string; hash: Buffer }>(
+    `SELECT n.organization_id, n.level, n.index, n.hash FROM integrity_nodes n
+     JOIN unnest($1::text[], $2::smallint[], $3::bigint[]) AS k(organization_id, level, index)
+       ON n.organization_id = k.organization_id AND n.level = k.level AND n.index = k.index`,
+    [organizations, levels, indexes],
+  );
+  for (const row of rows) nodes.get(row.organization_id)!.push({ level: row.level, index: Number(row.index), hash: row.hash });
+  return nodes;
+}
+
 type CheckpointRow = { organization_id: string; size: string; root_hash: string; timestamp: string; key_id: string; signature: string };
 const checkpointColumns = 'organization_id, size, root_hash, timestamp, key_id, signature';
 const toCheckpoint = (row: CheckpointRow): Checkpoint => ({ ...row, size: Number(row.size) });

@@ -7,6 +7,7 @@ import { placeEvents, type PlacedLeaf } from '../tree.js';
 import {
   lockProgress,
   readNodes,
+  readNodesOfTrees,
   readTreeProgress,
   readStreamHeads,
   saveCheckpoint,
@@ -104,30 +105,27 @@ export class TreeKeeper {
         else byOrganization.set(leaf.organizationId, [leaf]);
       }
       const sizes = await treeSizes(client, [...byOrganization.keys()]);
-      const growth: TreeBatch['growth'] = [];
-      for (const [organizationId, organizationLeaves] of byOrganization) {
-        growth.push(await this.grow(client, organizationId, sizes.get(organizationId) ?? 0, organizationLeaves));
-      }
+      // Every tree the batch grows, over edges read in one round trip: a batch of the log's events
+      // touches many organizations.
+      const sizeOf = (organizationId: string) => sizes.get(organizationId) ?? 0;
+      const edges = await readNodesOfTrees(
+        client,
+        new Map([...byOrganization.keys()].map((organizationId) => [organizationId, frontier(sizeOf(organizationId))])),
+      );
+      const growth: TreeBatch['growth'] = [...byOrganization].map(([organizationId, organizationLeaves]) => ({
+        organizationId,
+        firstIndex: sizeOf(organizationId),
+        leaves: organizationLeaves,
+        nodes: appendLeaves(
+          sizeOf(organizationId),
+          organizationLeaves.map((leaf) => leaf.hash),
+          lookupIn(edges.get(organizationId) ?? []),
+        ),
+      }));
       const last: GlobalPosition = events[events.length - 1]!.position;
       await saveTreeBatch(client, { growth, heads, progress: latestPosition([after, last])! });
       return events.length;
     });
-  }
-
-  /** An organization's tree grown by `leaves`: the nodes they complete, over the stored edge of its `size` leaves. */
-  private async grow(
-    client: Parameters<typeof readNodes>[0],
-    organizationId: string,
-    size: number,
-    leaves: PlacedLeaf[],
-  ): Promise<TreeBatch['growth'][number]> {
-    const edge = await readNodes(client, organizationId, frontier(size));
-    const nodes = appendLeaves(
-      size,
-      leaves.map((leaf) => leaf.hash),
-      lookupIn(edge),
-    );
-    return { organizationId, firstIndex: size, leaves, nodes };
   }
 
   /** Signs a checkpoint of each tree that is due one. */
