@@ -23,10 +23,11 @@ const org = 'org_catch_up';
 const eventsPerRecord = 5;
 const records = (onEventStoreDB ? 30_000 : 300_000) / eventsPerRecord;
 /**
- * Far below the catch-up estimate the command is sent at (3 s or more), and long enough that the
- * command's own work on a loaded machine (561–589 ms seen at a load average of 15) stays under it.
+ * Short: the command is sent while the estimate to catch up is 3 s or more at the present rate, and
+ * a command is out of reach only when the backlog needs more than twice the wait at the fastest
+ * rate seen lately (ProjectionProgress.outOfReach).
  */
-const projectionWaitMs = 1_500;
+const projectionWaitMs = 500;
 
 type ReadyAnswer = { status: number; checks: Record<string, unknown> };
 
@@ -60,7 +61,13 @@ describe('a service started on a fresh read database over a long log', () => {
     const service = await startServiceProcess({
       databaseUrl,
       eventStoreUrl,
-      env: { PROJECTION_WAIT_MS: String(projectionWaitMs), PROJECTOR_MAX_BATCH_EVENTS: '500', PROJECTOR_BULK_CATCH_UP_EVENTS: '0' },
+      // Info: the command's request line is what the test waits for (below).
+      env: {
+        LOG_LEVEL: 'info',
+        PROJECTION_WAIT_MS: String(projectionWaitMs),
+        PROJECTOR_MAX_BATCH_EVENTS: '500',
+        PROJECTOR_BULK_CATCH_UP_EVENTS: '0',
+      },
     });
     cleanups.push(() => service.signal('SIGKILL'));
     const token = await service.token([org]);
@@ -85,17 +92,19 @@ describe('a service started on a fresh read database over a long log', () => {
 
     // A command behind the backlog cannot be projected within PROJECTION_WAIT_MS: it answers its
     // result at once, marked behind, rather than after the whole wait.
-    const started = performance.now();
     const response = await fetch(`${service.url}/api`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
       body: JSON.stringify({ query: 'create_workspace', params: { organization_id: org, name: 'During the catch-up' } }),
     });
-    const elapsedMs = performance.now() - started;
     expect(response.status).toBe(200);
     expect(((await response.json()) as { data: { name: string } }).data.name).toBe('During the catch-up');
     expect(response.headers.get('x-projection-behind')).toBe('true');
-    expect(elapsedMs, service.output()).toBeLessThan(projectionWaitMs);
+    // Not timed (a loaded machine can take the whole wait for the command's own work): a command
+    // that waited the wait out logs so before its request's line; one out of reach logs nothing.
+    const requestId = response.headers.get('x-request-id')!;
+    await eventually(() => service.output().includes(`"request_id":"${requestId}","method":"POST"`), 10_000);
+    expect(service.output()).not.toContain('projection did not catch up in time');
 
     // Caught up: ready, and the read tables are the fold of the log.
     await eventually(async () => (await readyz(service)).status === 200, 120_000);
