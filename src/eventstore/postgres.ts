@@ -12,6 +12,7 @@ import {
   type StreamOrderedLog,
   type StreamRange,
 } from './port.js';
+import { appendingMark } from '../infra/migrations/0014-appends-marked.js';
 import { readLogByStream } from './postgres-stream-order.js';
 
 const appendedChannel = 'es_appended';
@@ -37,9 +38,28 @@ type QueuedAppend = {
 /*
  * Global order without gaps: a sequence value is taken at insert but becomes visible at commit, so
  * readers cannot trust `position > checkpoint` alone. Every event also records its transaction id
- * (xid8); readers order by (transaction id, position) and only read transactions below the oldest
- * one still running (pg_snapshot_xmin), which have all either committed or aborted for good.
+ * (xid8); readers order by (transaction id, position) and read only below the oldest append still
+ * running, whose events may yet commit under ids below those already visible.
+ *
+ * Only appends count: PostgreSQL's own boundary, the oldest transaction still running
+ * (pg_snapshot_xmin), would make every transaction on the server hold the log back while it runs
+ * (a webhook attempt recorded, the integrity tree grown, an operator's forgotten BEGIN), and with
+ * them the projector and every command waiting for it. An append marks its transaction before its
+ * first write (`appendingMark`, migration 14), so a transaction that the statement's snapshot shows
+ * running and that pg_stat_activity, read after the snapshot, shows running without the mark can
+ * never add events: it is passed over. Any other running transaction of the snapshot bounds the
+ * read: a marked one, one that ended between the snapshot and the activity read (its events, if
+ * any, are not in this snapshot), a prepared one. Transaction ids in pg_stat_activity are 32-bit:
+ * running ones are compared by their low 32 bits, which tell them apart (they lie within 2^31 of
+ * each other).
  */
+const visibleLogBound = `(
+  SELECT coalesce(
+    (SELECT min(running) FROM pg_snapshot_xip(pg_current_snapshot()) AS running
+     WHERE running::text::bigint % 4294967296 NOT IN (
+       SELECT backend_xid::text::bigint FROM pg_stat_get_activity(NULL)
+       WHERE backend_xid IS NOT NULL AND application_name NOT LIKE '${appendingMark}%')),
+    pg_snapshot_xmax(pg_current_snapshot())))`;
 
 type EventRow = {
   commit_position: string;
@@ -80,8 +100,8 @@ export class PostgresEventStore implements EventStore {
 
   /**
    * The position of this process's latest append. Committed events a reader does not see yet are
-   * hidden only while an older transaction on the server still runs (any writer's: the integrity
-   * tree's, a webhook's): a wait after an empty read looks again soon, not after the reader's idle back-off.
+   * hidden only while an older append on the server still runs (another instance's, or another
+   * call of this one's): a wait after an empty read looks again soon, not after the reader's idle back-off.
    */
   private lastAppended: GlobalPosition | undefined;
 
@@ -215,7 +235,7 @@ export class PostgresEventStore implements EventStore {
         named(
           `SELECT ${eventColumns} FROM es_events
            WHERE (transaction_id, position) > ($1::text::xid8, $2::bigint)
-             AND transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+             AND transaction_id < ${visibleLogBound}
            ORDER BY transaction_id, position
            LIMIT $3`,
           [after.commit.toString(), after.prepare.toString(), limit],
@@ -230,7 +250,7 @@ export class PostgresEventStore implements EventStore {
       this.pool.query<{ commit_position: string; position: string }>(
         named(
           `SELECT transaction_id::text AS commit_position, position FROM es_events
-           WHERE transaction_id < pg_snapshot_xmin(pg_current_snapshot())
+           WHERE transaction_id < ${visibleLogBound}
            ORDER BY transaction_id DESC, position DESC
            LIMIT 1`,
           [],

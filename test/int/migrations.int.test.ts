@@ -52,7 +52,7 @@ describe('versioned migrations', () => {
     const pool = poolOn(await createTestDatabase());
     await migrate(pool, { eventStore: false });
     expect((await pool.query("SELECT to_regclass('es_events') AS t")).rows[0].t).toBeNull();
-    expect(await migrate(pool, { eventStore: true })).toEqual([1, 6]);
+    expect(await migrate(pool, { eventStore: true })).toEqual([1, 6, 14]);
     expect((await pool.query("SELECT to_regclass('es_events') AS t")).rows[0].t).toBe('es_events');
   });
 

@@ -11,6 +11,7 @@ import { integrity } from './0010-integrity.js';
 import { changeFeed } from './0011-change-feed.js';
 import { webhooks } from './0012-webhooks.js';
 import { recordCommands } from './0013-record-commands.js';
+import { appendsMarked } from './0014-appends-marked.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -30,4 +31,5 @@ export const migrations: readonly Migration[] = [
   changeFeed,
   webhooks,
   recordCommands,
+  appendsMarked,
 ];

@@ -89,18 +89,26 @@ describe('PostgreSQL event store: waking the projector after an append', () => {
     expect(await elsewhereWait).toBeGreaterThanOrEqual(1400);
   });
 
-  it('looks again soon, not after the whole wait, for its appended events that an older transaction still hides', async () => {
+  it('looks again soon, not after the whole wait, for its appended events that an older append still hides', async () => {
     const store = await instance();
     store.readLocally(() => true);
     // The log's last event, read past the store's watermark: another database's transaction on the server may hold that back.
     const last = await lastEventOf(url);
     const before = last ?? startOfLog;
-    // Another writer's transaction (the integrity tree's, say), begun before the append and still running.
+    // Another instance's append, begun before this one and still running.
     const blocker = new pg.Client({ connectionString: url });
     await blocker.connect();
     try {
       await blocker.query('BEGIN');
-      await blocker.query('SELECT pg_current_xact_id()');
+      await blocker.query('SELECT * FROM es_append_batch($1::jsonb)', [
+        JSON.stringify([
+          {
+            stream: `workspace-ws_${randomUUID()}`,
+            expected: '0',
+            events: [{ id: randomUUID(), type: 'WorkspaceCreated', data: {}, metadata: {} }],
+          },
+        ]),
+      ]);
       await append(store);
       expect(await store.readAll(before, 10)).toEqual([]);
       // The append's own wake-up ends the first wait; the next one is what the projector waits after reading nothing.
@@ -108,8 +116,8 @@ describe('PostgreSQL event store: waking the projector after an append', () => {
       expect(await store.readAll(before, 10)).toEqual([]);
       expect(await waitOn(store, 30_000)).toBeLessThan(10_000);
       await blocker.query('COMMIT');
-      // Visible once no older transaction runs anywhere on the server (other test files' too).
-      await eventually(async () => (await store.readAll(before, 10)).length === 1);
+      // Visible, both, once no older append runs anywhere on the server (other test files' too).
+      await eventually(async () => (await store.readAll(before, 10)).length === 2);
     } finally {
       await blocker.end();
     }
