@@ -97,10 +97,15 @@ try {
   const log = standIn ? await seedStandIn() : await seedPostgres();
 
   // As after a restore of the log alone, or on a fresh read database: no rows, no checkpoint, no
-  // dead letters (they name positions the projector stopped at before).
+  // dead letters (they name positions the projector stopped at before), and nothing else derived
+  // from the log (the change feed, snapshots, the command index, the integrity trees), all of which
+  // the service then derives again beside the projection.
   await pool.query(
-    'TRUNCATE workspaces, solutions, organization_counts, workspace_solution_counts, cascade_pending, projection_checkpoints, projection_dead_letters',
+    `TRUNCATE workspaces, solutions, organization_counts, workspace_solution_counts, cascade_pending, projection_checkpoints,
+       projection_dead_letters, changes, record_snapshots, record_commands, record_command_marks,
+       integrity_streams, integrity_trees, integrity_leaves, integrity_nodes, integrity_checkpoints`,
   );
+  await pool.query('UPDATE integrity_progress SET commit_position = 0, prepare_position = 0');
 
   // The checkpoint is watched from the moment the service is started: a short log may be
   // projected before the service answers /healthz.

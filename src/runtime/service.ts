@@ -22,7 +22,7 @@ import { readOrCreateDevelopmentSecret } from '../infra/embedded-postgres.js';
 import type { Pool } from '../infra/postgres.js';
 import { Metrics, projectionLagProbeLimit } from '../observability/metrics.js';
 import { deadLetterCounts } from '../projections/dead-letters.js';
-import { measureProjectionLag, ProjectionProgress } from '../projections/progress.js';
+import { catchUpBacklogEvents, measureProjectionLag, ProjectionProgress } from '../projections/progress.js';
 import { checkReadiness, measureBacklog } from '../projections/readiness.js';
 import { ProjectionRunner } from '../projections/runner.js';
 import { getSolution, listSolutions } from '../read/solutions.js';
@@ -132,6 +132,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       before: (timestamp, milliseconds) => fromMicros(toMicros(timestamp) - BigInt(milliseconds) * 1000n),
       logger: logger.child({ component: 'integrity' }),
       checkpointIntervalMs: config.audit.checkpointIntervalMs,
+      deferWhile: async () => (await measureBacklog(store, progress)).events >= catchUpBacklogEvents,
     });
     if ((options.runTreeKeeper ?? true) && !config.audit.benchWithoutIntegrity) treeKeeper.start();
 

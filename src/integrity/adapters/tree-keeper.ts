@@ -35,6 +35,12 @@ export type TreeKeeperOptions = {
    * competing with the commands for the cores (and for the store's read watermark).
    */
   idleMs?: number;
+  /**
+   * Whether to leave the log alone for now: while the projection catches up a large backlog (a new
+   * or restored read database), the tree waits, so that the projection, which readiness and every
+   * command wait for, has the cores to itself. The tree, which nothing waits for, follows after.
+   */
+  deferWhile?: () => Promise<boolean>;
 };
 
 /**
@@ -70,6 +76,10 @@ export class TreeKeeper {
     while (!this.stopping.signal.aborted) {
       let read = 0;
       try {
+        if (await this.options.deferWhile?.()) {
+          await sleep(idleMs, this.stopping.signal);
+          continue;
+        }
         read = await this.catchUp();
         await this.signDue();
       } catch (error) {

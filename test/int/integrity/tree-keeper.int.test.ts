@@ -1,0 +1,61 @@
+import { generateKeyPairSync } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startOfLog } from '../../../src/eventstore/port.js';
+import { signingKeyFromPem } from '../../../src/integrity/checkpoints.js';
+import { readTreeProgress } from '../../../src/integrity/adapters/tables.js';
+import { TreeKeeper } from '../../../src/integrity/adapters/tree-keeper.js';
+import { RecordWriter, seededRandom } from '../../support/generate.js';
+import { eventually, silentLogger, startStack, type Stack } from '../../support/stack.js';
+
+const sleep = (milliseconds: number) => new Promise((resolve) => setTimeout(resolve, milliseconds));
+
+/** The integrity tree's keeper leaves the log alone while told to (the projection catching up a backlog), and follows after. */
+describe('integrity tree keeper deferring to the projection', () => {
+  let stack: Stack;
+  let keeper: TreeKeeper | undefined;
+
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(async () => {
+    await keeper?.stop();
+    await stack?.close();
+  });
+
+  it('reads nothing while deferring, then the whole log once it may', async () => {
+    const writer = new RecordWriter('keeper', 'org_keeper', seededRandom(7));
+    for (let index = 0; index < 20; index++) {
+      const append = writer.next();
+      await stack.store.append(append.streamName, append.expectedVersion, append.events);
+      append.applied();
+    }
+    const end = (await stack.store.readLastPosition())!;
+
+    let deferring = true;
+    let asked = 0;
+    const { privateKey } = generateKeyPairSync('ed25519');
+    keeper = new TreeKeeper({
+      pool: stack.pool,
+      store: stack.store,
+      key: signingKeyFromPem(privateKey.export({ format: 'pem', type: 'pkcs8' }).toString()),
+      now: () => new Date().toISOString(),
+      before: (timestamp) => timestamp,
+      logger: silentLogger,
+      checkpointIntervalMs: 0,
+      idleMs: 20,
+      deferWhile: async () => {
+        asked += 1;
+        return deferring;
+      },
+    });
+    keeper.start();
+
+    await eventually(() => asked >= 5);
+    await sleep(100);
+    expect(await readTreeProgress(stack.pool)).toEqual(startOfLog);
+
+    deferring = false;
+    await eventually(async () => (await readTreeProgress(stack.pool)).prepare === end.prepare);
+    expect(await readTreeProgress(stack.pool)).toEqual(end);
+  });
+});
