@@ -146,7 +146,6 @@ async function seed(): Promise<GlobalPosition> {
   return { commit: BigInt(rows[0]!.commit), prepare: BigInt(rows[0]!.prepare) };
 }
 
-/** Milliseconds until the projector's checkpoint reaches `end`. */
 /** Milliseconds until the position `reach` reads is at `end` or past it (the projection's checkpoint, the trees' progress). */
 async function waitFor(end: GlobalPosition, reach: (database: typeof pool) => Promise<GlobalPosition>): Promise<number> {
   const started = performance.now();

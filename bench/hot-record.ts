@@ -83,22 +83,28 @@ export async function seedHotRecord(service: Service, databaseUrl: string, count
     }
     const end = (await stores.store.readLastPosition())!;
     const lastName = `hot ${count - 1}`;
-    let projected: Workspace;
-    for (let waited = 0; ; waited += 200) {
+    let projected: Workspace | undefined;
+    await pollUntil('the seeded history was not projected', async () => {
       projected = await ok<Workspace>(service, 'get_workspace', { id: created.id });
-      if (projected.name === lastName || count === 1) break;
-      if (waited > 600_000) throw new Error('the seeded history was not projected within 10 minutes');
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
+      return projected.name === lastName || count === 1;
+    });
     // The integrity trees follow the projection: measured before they have read the seeded
     // history, the scenario would measure the seeding's aftermath.
-    for (let waited = 0; comparePositions(await readTreeProgress(stores.pool), end) < 0; waited += 200) {
-      if (waited > 600_000) throw new Error('the integrity trees did not read the seeded history within 10 minutes');
-      await new Promise((resolve) => setTimeout(resolve, 200));
-    }
-    return projected;
+    await pollUntil(
+      'the integrity trees did not read the seeded history',
+      async () => comparePositions(await readTreeProgress(stores.pool), end) >= 0,
+    );
+    return projected!;
   } finally {
     await stores.close();
+  }
+}
+
+/** Polls `condition` every 200 ms until it holds; fails with `failure` after 10 minutes. */
+async function pollUntil(failure: string, condition: () => Promise<boolean>): Promise<void> {
+  for (let waited = 0; !(await condition()); waited += 200) {
+    if (waited > 600_000) throw new Error(`${failure} within 10 minutes`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
   }
 }
 
