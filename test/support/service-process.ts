@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mintToken } from '../../src/api/tokens.js';
@@ -6,6 +7,14 @@ import { freePort } from '../../src/infra/embedded-postgres.js';
 import { testSecret } from './secret.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** Node's options as `npm start` gives them (package.json's `node … src/main.ts`): tests and benches run the service as users do. */
+const startOptions: string[] = (() => {
+  const words = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start.split(
+    ' ',
+  );
+  return words.slice(1, words.indexOf('src/main.ts'));
+})();
 
 export type ServiceProcess = {
   url: string;
@@ -30,7 +39,7 @@ export async function startServiceProcess(options: {
   const port = await freePort();
   // SERVICE_NODE_ARGS: Node options for the service alone, such as `--cpu-prof` to profile it under a bench (NODE_OPTIONS refuses that one).
   const nodeArgs = process.env.SERVICE_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts'], {
+  const child = spawn(process.execPath, [...nodeArgs, ...startOptions, 'src/main.ts'], {
     cwd: root,
     env: {
       ...process.env,

@@ -97,8 +97,11 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     await writer.query(readModelSchema);
     const tables = await swappedTables(writer, schema);
     const readLogByStream = store.readLogByStream?.bind(store);
-    // The bulk load reads no rows back: it needs no index but the primary keys.
-    const deferredIndexes = await dropIndexesNotNeededToLoad(writer, schema, readLogByStream ? [] : ['workspace_id']);
+    const deferredIndexes = await dropIndexesNotNeededToLoad(
+      writer,
+      schema,
+      readLogByStream ? { bulk: true } : { bulk: false, keptColumns: ['workspace_id'] },
+    );
     logger.info({ schema, tables, deferredIndexes: deferredIndexes.map((index) => index.name) }, 'rebuild schema created');
     // Two more connections for the bulk load, which writes five tables side by side.
     for (let i = 0; i < (readLogByStream ? 4 : 2); i++) {
@@ -155,7 +158,10 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     // by side on the connections the copy uses next, as is ANALYZE.
     await onEachConnection(
       [writer, ...helpers],
-      [...deferredIndexes.map((index) => index.definition), ...tables.map((table) => `ANALYZE ${quote(table)}`)],
+      [
+        ...(await largestTablesFirst(writer, deferredIndexes)).map((index) => index.definition),
+        ...tables.map((table) => `ANALYZE ${quote(table)}`),
+      ],
     );
     const catchUpStarted = performance.now();
     await copy();
@@ -254,28 +260,79 @@ async function swappedTables(client: pg.Client, schema: string): Promise<string[
   return names.sort((a, b) => rank(a) - rank(b) || a.localeCompare(b));
 }
 
+type DeferredIndex = { name: string; table: string; definition: string };
+
+/** The largest tables' indexes first: started last, they would be built while the other connections idle. */
+async function largestTablesFirst(client: pg.Client, indexes: DeferredIndex[]): Promise<DeferredIndex[]> {
+  const { rows } = await client.query<{ table_name: string; bytes: string }>(
+    'SELECT table_name, pg_relation_size(quote_ident(table_name)) AS bytes FROM unnest($1::text[]) AS table_name',
+    [[...new Set(indexes.map((index) => index.table))]],
+  );
+  const size = new Map(rows.map((row) => [row.table_name, Number(row.bytes)]));
+  return indexes.toSorted((a, b) => size.get(b.table)! - size.get(a.table)!);
+}
+
+/** The tables the bulk load writes with COPY: it reads none of them back. */
+const bulkLoadedTables = ['workspaces', 'solutions', 'changes'];
+
 /**
- * Drops the indexes the load does not read through (only readers do) and returns their
- * definitions to build after the bulk copy: maintaining them row by row costs a third of the
- * writes. Kept: unique ones (primary keys) and those on a first column in `keptColumns` (the copy
- * keeps `workspace_id`'s: a workspace's deletion loads its solutions by it).
+ * Drops the indexes the load does not read through (only readers do) and returns the statements
+ * that make them again after the copy: maintaining them row by row costs a third of the writes.
+ * The batch-by-batch copy keeps the unique ones (its upserts find rows by them) and those on a
+ * first column in `keptColumns` (it keeps `workspace_id`'s: a workspace's deletion loads its
+ * solutions by it). The bulk load reads nothing back: on the tables it loads it keeps only those
+ * by stream, which it fills in their own order, at their right edge; the others, primary keys
+ * included, it would fill in random order (the change feed's key, by organization and log
+ * position, was most of PostgreSQL's work in a bulk load). A duplicate the load wrote fails the
+ * key's building, and with it the rebuild. A key is built as a plain unique index first, then
+ * made the constraint: so it takes no lock that would keep its table's other indexes from being
+ * built beside it.
  */
 async function dropIndexesNotNeededToLoad(
   client: pg.Client,
   schema: string,
-  keptColumns: string[],
-): Promise<{ name: string; definition: string }[]> {
-  const { rows } = await client.query<{ name: string; definition: string }>(
-    `SELECT c.relname AS name, pg_get_indexdef(i.indexrelid) AS definition
+  load: { bulk: true } | { bulk: false; keptColumns: string[] },
+): Promise<DeferredIndex[]> {
+  const { rows } = await client.query<{
+    name: string;
+    table_name: string;
+    is_unique: boolean;
+    first_column: string;
+    constraint_name: string | null;
+    constraint_type: 'p' | 'u' | null;
+    definition: string;
+  }>(
+    `SELECT c.relname AS name, t.relname AS table_name, i.indisunique AS is_unique, a.attname AS first_column,
+            con.conname AS constraint_name, con.contype AS constraint_type,
+            pg_get_indexdef(i.indexrelid) AS definition
      FROM pg_index i
      JOIN pg_class c ON c.oid = i.indexrelid
+     JOIN pg_class t ON t.oid = i.indrelid
      JOIN pg_namespace n ON n.oid = c.relnamespace
      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-     WHERE n.nspname = $1 AND NOT i.indisunique AND NOT (a.attname = ANY($2))`,
-    [schema, keptColumns],
+     LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.contype IN ('p', 'u')
+     WHERE n.nspname = $1`,
+    [schema],
   );
-  for (const index of rows) await client.query(`DROP INDEX ${quote(schema)}.${quote(index.name)}`);
-  return rows;
+  const deferred = rows.filter((index) =>
+    load.bulk
+      ? bulkLoadedTables.includes(index.table_name) && index.first_column !== 'stream_name'
+      : !index.is_unique && !load.keptColumns.includes(index.first_column),
+  );
+  const remade: DeferredIndex[] = [];
+  for (const index of deferred) {
+    const table = `${quote(schema)}.${quote(index.table_name)}`;
+    if (index.constraint_name !== null) {
+      await client.query(`ALTER TABLE ${table} DROP CONSTRAINT ${quote(index.constraint_name)}`);
+      const kind = index.constraint_type === 'p' ? 'PRIMARY KEY' : 'UNIQUE';
+      const constraint = `ALTER TABLE ${table} ADD CONSTRAINT ${quote(index.constraint_name)} ${kind} USING INDEX ${quote(index.name)}`;
+      remade.push({ name: index.name, table: index.table_name, definition: `${index.definition}; ${constraint}` });
+    } else {
+      await client.query(`DROP INDEX ${quote(schema)}.${quote(index.name)}`);
+      remade.push({ name: index.name, table: index.table_name, definition: index.definition });
+    }
+  }
+  return remade;
 }
 
 /**

@@ -13,17 +13,25 @@ export const copyText = (value: string): string => (special.test(value) ? value.
 /** A value of a jsonb column as a field of COPY's text format: its JSON text, escaped. */
 export const copyJson = (value: unknown): string => copyText(JSON.stringify(value));
 
-/** Text gathered before it is handed to the COPY stream: a few hundred rows per write. */
-const flushChars = 256 * 1024;
+/** The size of the buffers rows are written into, and about how much is gathered before it is handed to the COPY stream. */
+const chunkBytes = 256 * 1024;
+const tab = 0x09;
+const newline = 0x0a;
+/** UTF-8 takes at most three bytes per UTF-16 code unit (a surrogate pair: four bytes for two). */
+const maxBytesPerCodeUnit = 3;
 
 /**
  * One table loaded with `COPY … FROM STDIN` (text format) on a connection of its own, for as long
- * as the bulk load lasts. Rows are added synchronously; `drain` waits when PostgreSQL is behind, so
- * that at most about `flushChars` plus the stream's buffer are held.
+ * as the bulk load lasts. Rows are added synchronously, each field encoded straight into a buffer
+ * (no line strings to join and encode again: in a rebuild that was a tenth of the fold's thread);
+ * `drain` hands full buffers to the stream and waits when PostgreSQL is behind, so that at most
+ * about `chunkBytes` plus the stream's buffer are held. A row may end up split between two
+ * buffers: COPY's data messages may divide the data anywhere.
  */
 export class TableLoad {
-  private lines: string[] = [];
-  private chars = 0;
+  private buffer = Buffer.allocUnsafe(chunkBytes);
+  private used = 0;
+  private readonly full: Buffer[] = [];
   /** Rejects with the COPY's error, whenever it comes: every wait is raced against it. */
   private readonly failed: Promise<never>;
 
@@ -39,19 +47,25 @@ export class TableLoad {
 
   /** Adds a row: its fields already in COPY's text form (copyText, copyJson). */
   add(fields: string[]): void {
-    const line = `${fields.join('\t')}\n`;
-    this.lines.push(line);
-    this.chars += line.length;
+    const last = fields.length - 1;
+    for (let index = 0; index <= last; index++) {
+      const field = fields[index]!;
+      const room = field.length * maxBytesPerCodeUnit + 1;
+      if (this.used + room > this.buffer.length) this.nextBuffer(room);
+      this.used += this.buffer.write(field, this.used);
+      this.buffer[this.used++] = index === last ? newline : tab;
+    }
   }
 
   /** Hands the rows gathered to the stream once there are enough, and waits while PostgreSQL is behind. */
   async drain(): Promise<void> {
-    if (this.chars < flushChars) return;
+    if (this.full.length === 0) return;
     await this.flush();
   }
 
   /** Sends what is left and waits for PostgreSQL to have taken every row. */
   async end(): Promise<void> {
+    this.nextBuffer(0);
     await this.flush();
     this.stream.end();
     await this.until('finish');
@@ -62,12 +76,17 @@ export class TableLoad {
     this.stream.destroy(reason);
   }
 
+  /** Sets the filled part of the buffer aside and starts one with room for at least `bytes`. */
+  private nextBuffer(bytes: number): void {
+    if (this.used > 0) this.full.push(this.buffer.subarray(0, this.used));
+    this.buffer = Buffer.allocUnsafe(Math.max(chunkBytes, bytes));
+    this.used = 0;
+  }
+
   private async flush(): Promise<void> {
-    if (this.lines.length === 0) return;
-    const text = this.lines.join('');
-    this.lines = [];
-    this.chars = 0;
-    if (!this.stream.write(text)) await this.until('drain');
+    let writable = true;
+    for (const chunk of this.full.splice(0)) writable = this.stream.write(chunk);
+    if (!writable) await this.until('drain');
   }
 
   private async until(event: 'drain' | 'finish'): Promise<void> {

@@ -50,6 +50,21 @@ async function cascadePending(stack: Stack): Promise<Map<string, string>> {
   return new Map(rows.map((row) => [row.solution_id, row.workspace_id]));
 }
 
+/**
+ * The read tables' indexes and key constraints, as definitions: the bulk load drops them, keys
+ * included, and makes them again after it.
+ */
+async function keysAndIndexes(stack: Stack): Promise<string[]> {
+  const { rows } = await stack.pool.query<{ definition: string }>(
+    `SELECT indexdef AS definition FROM pg_indexes WHERE schemaname = 'public' AND tablename IN ('workspaces', 'solutions', 'changes')
+     UNION ALL
+     SELECT conrelid::regclass::text || ' ' || conname || ' ' || pg_get_constraintdef(oid) FROM pg_constraint
+     WHERE connamespace = 'public'::regnamespace AND conrelid::regclass::text IN ('workspaces', 'solutions', 'changes')
+     ORDER BY 1`,
+  );
+  return rows.map((row) => row.definition);
+}
+
 const newEvent = (event: { type: string; data: unknown; metadata: unknown }) => ({ id: randomUUID(), ...event });
 
 describe('the bulk load of a rebuild on the PostgreSQL store', () => {
@@ -81,10 +96,13 @@ describe('the bulk load of a rebuild on the PostgreSQL store', () => {
     const expectedCascades = await stillToCascade(stack);
     expect(expectedCascades.get(late.id)).toBe('ws_gone');
     expect(expectedCascades.size).toBeGreaterThan(3);
+    const keysAndIndexesBefore = await keysAndIndexes(stack);
+    expect(keysAndIndexesBefore.filter((definition) => definition.includes('PRIMARY KEY'))).toHaveLength(3);
 
     const result = await rebuildReadModel({ connectionString: stack.url, store: stack.store, logger: silentLogger, batchSize: 64 });
 
     expect(result.bulk).toBe(true);
+    expect(await keysAndIndexes(stack)).toEqual(keysAndIndexesBefore);
     expect(await stack.differences()).toEqual([]);
     await expectWholeLog(stack, result);
     expect(comparePositions(await readCheckpoint(stack.pool), result.position)).toBe(0);
