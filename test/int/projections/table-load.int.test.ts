@@ -32,7 +32,9 @@ describe('a table loaded with COPY', () => {
     }
     await load.end();
 
-    const { rows: stored } = await client.query<{ n: number; label: string; body: unknown }>('SELECT n, label, body FROM loaded ORDER BY n');
+    const { rows: stored } = await client.query<{ n: number; label: string; body: unknown }>(
+      'SELECT n, label, body FROM loaded ORDER BY n',
+    );
     expect(stored).toHaveLength(rows.length);
     for (const [index, row] of rows.entries()) expect(stored[index]).toEqual(row);
   });
