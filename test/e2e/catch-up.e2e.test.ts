@@ -1,4 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { comparePositions, startOfLog } from '../../src/eventstore/port.js';
+import { readTreeProgress } from '../../src/integrity/adapters/tables.js';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase } from '../support/event-store.js';
 import { workspaceHistories } from '../support/generate.js';
@@ -10,7 +12,8 @@ import { eventually, startStack, type Stack } from '../support/stack.js';
  * Contract §11 and §13 while the projector catches up a backlog (a fresh read database over a
  * long log, as after a restore): /readyz says not ready, with the backlog and the time to catch
  * up, until the projection reaches the log's end; a command whose events cannot be projected
- * within PROJECTION_WAIT_MS answers at once with its result. Both event stores.
+ * within PROJECTION_WAIT_MS answers at once with its result; the integrity tree waits until the
+ * projection is near the log's end. Both event stores.
  */
 const org = 'org_catch_up';
 /**
@@ -89,6 +92,9 @@ describe('a service started on a fresh read database over a long log', () => {
     expect(total(metrics, 'wsapi_projection_backlog_events')).toBeGreaterThan(1000);
     expect(total(metrics, 'wsapi_projection_catch_up_seconds')).toBeGreaterThan(0);
     expect(total(metrics, 'wsapi_ready', { check: 'all' })).toBe(0);
+    // The integrity tree waits while the projection is far behind: readiness and every command wait
+    // for the projection, nothing waits for the tree, and on a few cores the two would compete.
+    expect(await readTreeProgress(stack.pool)).toEqual(startOfLog);
 
     // A command behind the backlog cannot be projected within PROJECTION_WAIT_MS: it answers its
     // result at once, marked behind, rather than after the whole wait.
@@ -113,5 +119,7 @@ describe('a service started on a fresh read database over a long log', () => {
     expect(total(caughtUp, 'wsapi_projection_backlog_events')).toBe(0);
     expect(total(caughtUp, 'wsapi_projection_catch_up_seconds')).toBe(0);
     expect(await stack.differences()).toEqual([]);
+    // Then the tree follows.
+    await eventually(async () => comparePositions(await readTreeProgress(stack.pool), startOfLog) > 0, 60_000);
   }, 240_000);
 });
