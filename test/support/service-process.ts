@@ -10,9 +10,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 
 /** Node's options as `npm start` gives them (package.json's `node … src/main.ts`): tests and benches run the service as users do. */
 const startOptions: string[] = (() => {
-  const words = (JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } }).scripts.start.split(
-    ' ',
-  );
+  const { scripts } = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } };
+  const words = scripts.start.split(' ');
   return words.slice(1, words.indexOf('src/main.ts'));
 })();
 

@@ -23,7 +23,7 @@ const maxBytesPerCodeUnit = 3;
 /**
  * One table loaded with `COPY … FROM STDIN` (text format) on a connection of its own, for as long
  * as the bulk load lasts. Rows are added synchronously, each field encoded straight into a buffer
- * (no line strings to join and encode again: in a rebuild that was a tenth of the fold's thread);
+ * (no line strings to join and encode again: in a rebuild that was a fifth of Node's CPU);
  * `drain` hands full buffers to the stream and waits when PostgreSQL is behind, so that at most
  * about `chunkBytes` plus the stream's buffer are held. A row may end up split between two
  * buffers: COPY's data messages may divide the data anywhere.
