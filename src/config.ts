@@ -69,6 +69,7 @@ const environmentSchema = z
     // At most the contract's 15 s; the default leaves room for the query and the network.
     CHANGE_STREAM_HEARTBEAT_MS: integer(10_000, 100, 15_000),
     WEBHOOK_TIMEOUT_MS: integer(15_000, 100, 600_000),
+    SHUTDOWN_DRAIN_MS: integer(10_000, 0, 600_000),
     WEBHOOK_RETRY_SCHEDULE: z.preprocess(
       emptyAsUndefined,
       z
@@ -148,6 +149,8 @@ export type Config = Readonly<{
   changeStreamsPerCaller: number;
   /** An idle change stream gets a comment after this long without a change. */
   changeStreamHeartbeatMs: number;
+  /** On a stop, requests in flight get this long to finish; then their connections are closed. */
+  shutdownDrainMs: number;
   webhooks: Readonly<{
     /** An attempt fails without a 2xx within this long. */
     timeoutMs: number;
@@ -219,6 +222,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
     changeStreamsPerCaller: env.CHANGE_STREAMS_PER_CALLER,
     changeStreamHeartbeatMs: env.CHANGE_STREAM_HEARTBEAT_MS,
+    shutdownDrainMs: env.SHUTDOWN_DRAIN_MS,
     webhooks: Object.freeze({
       timeoutMs: env.WEBHOOK_TIMEOUT_MS,
       retrySchedule: Object.freeze(parseSchedule(env.WEBHOOK_RETRY_SCHEDULE)!),

@@ -11,6 +11,8 @@ import { startRuntime } from './runtime/service.js';
 
 /** The organization of the development token printed in embedded mode. */
 const developmentOrganization = 'org_dev';
+/** After the requests' drain time, what the stop may take to close the pools, the projector and PostgreSQL before it gives up. */
+const stopAfterDrainMs = 5_000;
 
 async function main(): Promise<void> {
   let config;
@@ -49,6 +51,7 @@ async function main(): Promise<void> {
     rateLimitPerMinute: config.rateLimitPerMinute,
     changeStreamsPerCaller: config.changeStreamsPerCaller,
     changeStreamHeartbeatMs: config.changeStreamHeartbeatMs,
+    shutdownDrainMs: config.shutdownDrainMs,
     serveMetrics: config.metrics.port === undefined,
   });
   let metricsServer: MetricsServer | undefined;
@@ -61,7 +64,7 @@ async function main(): Promise<void> {
     const forced = setTimeout(() => {
       logger.error('shutdown took too long; exiting');
       process.exit(1);
-    }, 15_000).unref();
+    }, config.shutdownDrainMs + stopAfterDrainMs).unref();
     try {
       await app.close(); // stops accepting, finishes in-flight requests
       await metricsServer?.close();

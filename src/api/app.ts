@@ -11,6 +11,7 @@ import type { Caller, CommandHandlers } from '../write/handlers.js';
 import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
 import { ChangeStreams, wantsEventStream } from './change-stream.js';
+import { drainConnectionsOnClose } from './connection-drain.js';
 import { errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
@@ -44,6 +45,8 @@ export type AppOptions = {
   changeStreamsPerCaller?: number;
   /** A comment on an idle change stream after this long (default 10 s). */
   changeStreamHeartbeatMs?: number;
+  /** On close, requests in flight get this long to finish before their connections are closed (default 10 s). */
+  shutdownDrainMs?: number;
 };
 
 declare module 'fastify' {
@@ -118,6 +121,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics, isOperationName });
 
   acceptJsonBodies(app);
+  drainConnectionsOnClose(app, options.shutdownDrainMs ?? 10_000);
   // While closing, answers end their keep-alive connection: a connection that turns idle after the
   // server stopped accepting would otherwise hold the shutdown for the whole keep-alive timeout.
   let closing = false;

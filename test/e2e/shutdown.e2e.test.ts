@@ -1,0 +1,69 @@
+import { connect, type Socket } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createTestDatabase } from '../support/database.js';
+import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
+import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
+
+/**
+ * SIGTERM with connections that will never finish a request on their own: one that sent nothing,
+ * one that sent half its headers, one whose body stops short of its Content-Length. None may hold
+ * the stop: a client (or an attacker) must not be able to turn a clean stop into the forced one.
+ */
+describe('shutdown with stalled connections', () => {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
+  });
+
+  async function startService(env: Record<string, string>): Promise<ServiceProcess> {
+    const databaseUrl = await prepareReadDatabase(await createTestDatabase());
+    const service = await startServiceProcess({ databaseUrl, eventStoreUrl: await eventStoreUrlFor(databaseUrl), env });
+    cleanups.push(() => service.signal('SIGKILL'));
+    return service;
+  }
+
+  /** A raw connection that writes `text` and then stalls; `closed` settles with what the server sent before closing it, and when. */
+  async function stalledConnection(service: ServiceProcess, text: string): Promise<{ closed: Promise<{ received: string; at: number }> }> {
+    const { hostname, port } = new URL(service.url);
+    const socket: Socket = connect(Number(port), hostname);
+    cleanups.push(async () => socket.destroy());
+    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    if (text) socket.write(text);
+    let received = '';
+    socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
+    // A reset is as good an end as a close here: the point is that the server let go.
+    socket.on('error', () => undefined);
+    return { closed: new Promise((resolve) => socket.once('close', () => resolve({ received, at: Date.now() }))) };
+  }
+
+  it('stops cleanly: idle and half-sent connections are closed at once, a stalled body when the drain time is up', async () => {
+    const service = await startService({ SHUTDOWN_DRAIN_MS: '2000' });
+    const silent = await stalledConnection(service, '');
+    const halfHeaders = await stalledConnection(service, 'POST /api HTTP/1.1\r\nHost: localhost\r\n');
+    // With a token, so that the request waits for its body rather than being refused on its headers.
+    const token = await service.token(['org_shutdown']);
+    const shortBody = await stalledConnection(
+      service,
+      `POST /api HTTP/1.1\r\nHost: localhost\r\nauthorization: Bearer ${token}\r\n` +
+        'content-type: application/json\r\ncontent-length: 100\r\n\r\n{"query":',
+    );
+    // The server has the stalled request's headers before the signal comes.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+
+    await service.signal('SIGTERM');
+
+    // Exit code 0: the shutdown finished; had a connection held it, the guard would have exited with 1.
+    expect(service.child.exitCode, service.output()).toBe(0);
+    for (const connection of [silent, halfHeaders, shortBody]) expect((await connection.closed).received).toBe('');
+    const drainEnd = service
+      .output()
+      .split('\n')
+      .find((line) => line.includes('requests still unfinished after the drain time'));
+    expect(drainEnd, service.output()).toBeDefined();
+    const drainEndedAt = Date.parse((JSON.parse(drainEnd!) as { time: string }).time);
+    // The connections that had no request in flight were closed when the stop began, not when the drain time was up.
+    expect((await silent.closed).at).toBeLessThan(drainEndedAt);
+    expect((await halfHeaders.closed).at).toBeLessThan(drainEndedAt);
+    expect((await shortBody.closed).at).toBeGreaterThanOrEqual(drainEndedAt);
+  });
+});
