@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { comparePositions, startOfLog } from '../../src/eventstore/port.js';
 import { readTreeProgress } from '../../src/integrity/adapters/tables.js';
 import { createTestDatabase } from '../support/database.js';
-import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase } from '../support/event-store.js';
+import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase, standInFor, testEventStore } from '../support/event-store.js';
 import { workspaceHistories } from '../support/generate.js';
 import { scrape, total } from '../support/metrics.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
@@ -19,9 +19,10 @@ const org = 'org_catch_up';
 /**
  * A backlog that takes several seconds to project, whatever the machine: batch by batch (not in
  * bulk: PROJECTOR_BULK_CATCH_UP_EVENTS=0, covered in test/int/projections/catch-up-cache.int.test.ts),
- * batches held to 500 events (PROJECTOR_MAX_BATCH_EVENTS), 300,000 events from PostgreSQL and 30,000 from the
- * EventStoreDB stand-in, which serves a few thousand events a second (protobuf messages built and
- * parsed one by one, in the test's own process).
+ * batches held to 500 events (PROJECTOR_MAX_BATCH_EVENTS), 300,000 events from PostgreSQL and 30,000 from
+ * EventStoreDB. The stand-in answers each read of `$all` after `slowReadMs`, as a busy node would:
+ * it runs in the test's own process, and on an idle machine it served the backlog in under two
+ * seconds, before readiness could be seen behind.
  */
 const eventsPerRecord = 5;
 const records = (onEventStoreDB ? 30_000 : 300_000) / eventsPerRecord;
@@ -31,6 +32,8 @@ const records = (onEventStoreDB ? 30_000 : 300_000) / eventsPerRecord;
  * rate seen lately (ProjectionProgress.outOfReach).
  */
 const projectionWaitMs = 500;
+/** At most 500 events per read: 30,000 events take 6 s or more. */
+const slowReadMs = 100;
 
 type ReadyAnswer = { status: number; checks: Record<string, unknown> };
 
@@ -60,6 +63,8 @@ describe('a service started on a fresh read database over a long log', () => {
     const stack = await startStack(databaseUrl);
     cleanups.push(() => stack.close());
     await seed(stack);
+    if (testEventStore === 'eventstoredb-standin')
+      (await standInFor(databaseUrl)).faults.inject('read-all', { kind: 'slow', ms: slowReadMs });
 
     const service = await startServiceProcess({
       databaseUrl,

@@ -25,7 +25,9 @@ export type Fault =
   /** The call is accepted and never answered, past any deadline: only the caller's own timer ends it. */
   | { kind: 'no-answer' }
   /** Appends only: the events are stored, then the call fails as a dropped connection would, so the answer is lost. */
-  | { kind: 'lose-answer' };
+  | { kind: 'lose-answer' }
+  /** Reads only: the call is served after `ms`, as by a busy node or over a long link. */
+  | { kind: 'slow'; ms: number };
 
 type Armed = { on: Set<CallKind>; fault: Fault; remaining: number };
 

@@ -68,6 +68,7 @@ function failFirst(context: StreamsContext, fault: Fault | undefined, fail: (err
     }
     case 'not-ready':
     case 'lose-answer':
+    case 'slow':
       return false;
   }
 }
@@ -219,12 +220,17 @@ export function streamsService(context: StreamsContext): UntypedServiceImplement
       const subscription = options.getCountOptionCase() === streamsPb.ReadReq.Options.CountOptionCase.SUBSCRIPTION;
       const kind: CallKind = !isAll ? 'read-stream' : subscription ? 'subscribe' : 'read-all';
       context.calls[kind] += 1;
-      if (failFirst(context, context.faults.take(kind, requiresLeader(call)), (error) => call.emit('error', error))) return;
-      if (!isAll) {
-        if (subscription) return void call.emit('error', errors.unimplemented('subscribing to a stream'));
-        return readStream(context, call, options);
-      }
-      return subscription ? subscribeToAll(context, call, options) : readAll(context, call, options);
+      const fault = context.faults.take(kind, requiresLeader(call));
+      if (failFirst(context, fault, (error) => call.emit('error', error))) return;
+      const serve = () => {
+        if (!isAll) {
+          if (subscription) return void call.emit('error', errors.unimplemented('subscribing to a stream'));
+          return readStream(context, call, options);
+        }
+        return subscription ? subscribeToAll(context, call, options) : readAll(context, call, options);
+      };
+      if (fault?.kind === 'slow') setTimeout(serve, fault.ms);
+      else serve();
     },
 
     /** The pre-21.10 append: options, then proposed messages, on one client stream (Streams.Append.cs). */
