@@ -239,7 +239,9 @@ function cpuSeconds(target: ServiceProcess): { service: number; postgres: number
 /** CPU milliseconds per create in each part, from two readings of cpuSeconds. */
 function cpuPerCreate(before: ReturnType<typeof cpuSeconds>, after: ReturnType<typeof cpuSeconds>, made: number): string {
   const per = (part: keyof typeof before) => (((after[part] - before[part]) * 1000) / made).toFixed(2);
-  return `service ${per('service')}, PostgreSQL ${per('postgres')}, bench ${per('bench')} ms CPU per create`;
+  // DATABASE_URL's server may serve others too: its CPU is not counted (NaN).
+  const postgres = Number.isNaN(after.postgres) ? 'PostgreSQL not counted (DATABASE_URL)' : `PostgreSQL ${per('postgres')}`;
+  return `service ${per('service')}, ${postgres}, bench ${per('bench')} ms CPU per create`;
 }
 
 /** Where a create's time went between two scrapes (ms per create by step), and the projector's batches. */
