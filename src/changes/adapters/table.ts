@@ -4,6 +4,14 @@ import type { ChangeEntry, ChangeQuery, StoredChange } from '../feed.js';
 /** The changes table's SQL (schema in src/projections/schema.ts): the projector's insert and the feed's read. */
 
 /**
+ * A column of the record's first row, for an update's row: one probe of the (stream, version) key,
+ * made only when the row lacks it (COALESCE evaluates no more than it needs). A join there let the
+ * planner scan the whole table for every batch while its statistics said the table was small.
+ */
+const firstRowOf = (column: 'organization_id' | 'workspace_id') =>
+  `COALESCE(given.${column}, (SELECT first.${column} FROM changes first WHERE first.stream_name = given.stream_name AND first.version = 1))`;
+
+/**
  * The projector's step (src/projections/tables.ts writeChanges): inserts a batch's rows when
  * `condition` holds (the checkpoint moved). An update takes its organization and workspace from
  * its record's first row; a record whose creation is not in the table (an operator skipped it as
@@ -13,13 +21,14 @@ import type { ChangeEntry, ChangeQuery, StoredChange } from '../feed.js';
 export function insertChanges(parameter: (value: unknown) => string, entries: readonly ChangeEntry[], condition: string): string {
   return `INSERT INTO changes (organization_id, commit_position, prepare_position, workspace_id, stream_name, version, type,
        record_id, occurred_at, actor, data)
-     SELECT COALESCE(r.organization_id, k.organization_id), r.commit_position, r.prepare_position,
-       COALESCE(r.workspace_id, k.workspace_id), r.stream_name, r.version, r.type, r.record_id, r.occurred_at, r.actor, r.data
-     FROM jsonb_to_recordset(${parameter(JSON.stringify(entries))}::jsonb) AS r(commit_position numeric, prepare_position numeric,
-       stream_name text, version bigint, type text, record_id text, organization_id text, workspace_id text, occurred_at text,
-       actor text, data jsonb)
-     LEFT JOIN changes k ON r.organization_id IS NULL AND k.stream_name = r.stream_name AND k.version = 1
-     WHERE ${condition} AND COALESCE(r.organization_id, k.organization_id) IS NOT NULL
+     SELECT * FROM (
+       SELECT ${firstRowOf('organization_id')} AS organization_id, commit_position, prepare_position,
+         ${firstRowOf('workspace_id')} AS workspace_id, stream_name, version, type, record_id, occurred_at, actor, data
+       FROM jsonb_to_recordset(${parameter(JSON.stringify(entries))}::jsonb) AS given(commit_position numeric,
+         prepare_position numeric, stream_name text, version bigint, type text, record_id text, organization_id text,
+         workspace_id text, occurred_at text, actor text, data jsonb)
+     ) AS r
+     WHERE ${condition} AND r.organization_id IS NOT NULL
      ON CONFLICT DO NOTHING`;
 }
 

@@ -2,7 +2,7 @@ import { getEventListeners } from 'node:events';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createChangeFeed } from '../../../src/changes/adapters/feed.js';
-import { readChanges } from '../../../src/changes/adapters/table.js';
+import { insertChanges, readChanges } from '../../../src/changes/adapters/table.js';
 import { decodeCursor, encodeCursor } from '../../../src/changes/cursor.js';
 import { changeEntriesOf, changeTypes, type ChangeQuery, type FeedEvent } from '../../../src/changes/feed.js';
 import type { Envelope } from '../../../src/domain/events.js';
@@ -130,5 +130,28 @@ describe('the changes table', () => {
     const { signal } = new AbortController();
     for (let i = 0; i < 12; i++) await feed(query({ after: { commit, prepare: 0n } }), 5, signal);
     expect(getEventListeners(signal, 'abort')).toHaveLength(0);
+  });
+
+  it("writes a batch's rows probing the table by key, never scanning it, on a table of a few thousand rows", async () => {
+    // Its own database: the rows below would change what the other tests read.
+    const own = new pg.Pool({ connectionString: await createTestDatabase(), max: 1 });
+    try {
+      await migrate(own, { eventStore: false });
+      const creates = Array.from({ length: 4000 }, (_, index) => createWorkspace(`ws_many${index}`, 'org_many'));
+      for (let from = 0; from < creates.length; from += 500)
+        await writeChanges(own, { ...noChanges(), feed: changeEntriesOf(creates.slice(from, from + 500)) });
+      await own.query('ANALYZE changes');
+      // A batch as the projector writes it live: a few events, an update of an earlier record among them.
+      const parameters: unknown[] = [];
+      const batch = changeEntriesOf([updateWorkspace('ws_many7', 2n), createWorkspace('ws_late', 'org_many')]);
+      const sql = insertChanges((value) => `$${parameters.push(value)}`, batch, 'true');
+      const { rows } = await own.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${sql}`, parameters);
+      const plan = rows.map((row) => row['QUERY PLAN']).join('\n');
+      // The planner takes the batch for 100 rows: joined to the table, it found a whole scan cheaper.
+      expect(plan).not.toMatch(/Seq Scan on changes/);
+      expect(plan).toMatch(/Index Scan using changes_by_stream/);
+    } finally {
+      await own.end();
+    }
   });
 });
