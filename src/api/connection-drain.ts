@@ -25,8 +25,9 @@ export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): 
       const left = (requestsInFlight.get(socket) ?? 1) - 1;
       if (!requestsInFlight.has(socket)) return;
       requestsInFlight.set(socket, left);
-      // The answer was sent with `connection: close`; this only ends a connection whose answer went out another way.
-      if (closing && left === 0) socket.end();
+      // An answer begun before the stop (a change stream) went out keep-alive: end its connection once
+      // it is written, without waiting for the client to close its side (Node keeps a half-closed socket).
+      if (closing && left === 0) socket.destroySoon();
     });
   });
 
@@ -35,8 +36,9 @@ export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): 
     for (const [socket, count] of requestsInFlight) if (count === 0) socket.destroy();
     drainTimer = setTimeout(() => {
       const unfinished = [...requestsInFlight.values()].reduce((sum, count) => sum + count, 0);
-      if (unfinished === 0) return;
-      app.log.warn({ unfinished, drain_ms: drainMs }, 'requests still unfinished after the drain time; closing their connections');
+      if (unfinished > 0)
+        app.log.warn({ unfinished, drain_ms: drainMs }, 'requests still unfinished after the drain time; closing their connections');
+      // Every connection left, answered or not: none may hold the stop past the drain time.
       for (const socket of requestsInFlight.keys()) socket.destroy();
     }, drainMs);
     drainTimer.unref();

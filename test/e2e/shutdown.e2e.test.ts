@@ -25,7 +25,8 @@ describe('shutdown with stalled connections', () => {
   /** A raw connection that writes `text` and then stalls; `closed` settles with what the server sent before closing it, and when. */
   async function stalledConnection(service: ServiceProcess, text: string): Promise<{ closed: Promise<{ received: string; at: number }> }> {
     const { hostname, port } = new URL(service.url);
-    const socket: Socket = connect(Number(port), hostname);
+    // Half-open allowed: like a client that never closes its side, it keeps the connection until the server ends it.
+    const socket: Socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true });
     cleanups.push(async () => socket.destroy());
     await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
     if (text) socket.write(text);
@@ -33,7 +34,12 @@ describe('shutdown with stalled connections', () => {
     socket.on('data', (chunk: Buffer) => (received += chunk.toString()));
     // A reset is as good an end as a close here: the point is that the server let go.
     socket.on('error', () => undefined);
-    return { closed: new Promise((resolve) => socket.once('close', () => resolve({ received, at: Date.now() }))) };
+    // Closed as far as the client can tell: the server's end of the stream (or the socket's close, on a reset).
+    const closed = new Promise<{ received: string; at: number }>((resolve) => {
+      const settle = () => resolve({ received, at: Date.now() });
+      socket.once('end', settle).once('close', settle);
+    });
+    return { closed };
   }
 
   it('stops cleanly: idle and half-sent connections are closed at once, a stalled body when the drain time is up', async () => {
@@ -65,5 +71,30 @@ describe('shutdown with stalled connections', () => {
     expect((await silent.closed).at).toBeLessThan(drainEndedAt);
     expect((await halfHeaders.closed).at).toBeLessThan(drainEndedAt);
     expect((await shortBody.closed).at).toBeGreaterThanOrEqual(drainEndedAt);
+  });
+
+  it('stops cleanly with a change stream open whose client never closes its side', async () => {
+    // No request is unfinished once the stream has ended, so only the stream's own end may close its
+    // connection; the guard then exits 1 after 25 s, before Node's keep-alive timeout would.
+    const service = await startService({ SHUTDOWN_DRAIN_MS: '20000' });
+    const token = await service.token(['org_shutdown']);
+    const body = JSON.stringify({ query: 'list_changes', params: { organization_id: 'org_shutdown' } });
+    const stream = await stalledConnection(
+      service,
+      `POST /api HTTP/1.1\r\nHost: localhost\r\nauthorization: Bearer ${token}\r\naccept: text/event-stream\r\n` +
+        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 200));
+
+    // Its answer began keep-alive, before the stop; were the connection only half-closed, Node would
+    // keep it until its keep-alive timeout (72 s), and the stop's guard would exit 1.
+    const stopping = service.signal('SIGTERM');
+    const streamed = (await stream.closed).received;
+    await stopping;
+
+    expect(service.child.exitCode, service.output()).toBe(0);
+    // Answered, and ended cleanly (the last chunk) before the server closed the connection.
+    expect(streamed).toMatch(/^HTTP\/1\.1 200 /);
+    expect(streamed.endsWith('0\r\n\r\n')).toBe(true);
   });
 });
