@@ -121,20 +121,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   observeHttp(app, services.metrics, { serveMetrics: options.serveMetrics, isOperationName });
 
   acceptJsonBodies(app);
-  drainConnectionsOnClose(app, options.shutdownDrainMs ?? 10_000);
-  // While closing, answers end their keep-alive connection: a connection that turns idle after the
-  // server stopped accepting would otherwise hold the shutdown for the whole keep-alive timeout.
-  let closing = false;
-  app.addHook('preClose', async () => {
-    closing = true;
-    changeStreams.closeAll();
-  });
-  app.addHook('onSend', async (_request, reply) => {
-    if (closing) reply.header('connection', 'close');
-  });
+  const connections = drainConnectionsOnClose(app, options.shutdownDrainMs ?? 10_000);
+  app.addHook('preClose', async () => changeStreams.closeAll());
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
-    if (closing) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
+    // Read after the stop began, behind an answer saying `connection: close`: the client takes it as not done, so it is not.
+    if (connections.closing()) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
   });
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(

@@ -2,13 +2,15 @@ import type { Socket } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 
 /**
- * Lets a stop end every connection: at once those with no request in flight, and after `drainMs`
- * those whose request has not finished. Node's own close leaves a connection that sent nothing, or
- * only part of its headers, open until its headers timeout (a minute and more), and one whose body
- * stalls for ever (Fastify sets no request timeout): either would turn a clean stop into the
- * forced one. Called once, before the app's other hooks.
+ * Lets a stop end every connection: at once those with no request in flight, each other one once
+ * its answers are written (they say `connection: close`), and after `drainMs` those whose request
+ * has not finished. Node's own close leaves a connection that sent nothing, or only part of its
+ * headers, open until its headers timeout (a minute and more), one whose body stalls for ever
+ * (Fastify sets no request timeout), and a keep-alive one until its client closes it: any of them
+ * would turn a clean stop into the forced one. Called once, before the app's other hooks; tells
+ * whether the stop has begun.
  */
-export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): void {
+export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): { closing: () => boolean } {
   const requestsInFlight = new Map<Socket, number>();
   let closing = false;
   let drainTimer: NodeJS.Timeout | undefined;
@@ -22,8 +24,8 @@ export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): 
   app.server.on('request', ({ socket }: { socket: Socket }, response: NodeJS.EventEmitter) => {
     requestsInFlight.set(socket, (requestsInFlight.get(socket) ?? 0) + 1);
     response.once('close', () => {
-      const left = (requestsInFlight.get(socket) ?? 1) - 1;
       if (!requestsInFlight.has(socket)) return;
+      const left = requestsInFlight.get(socket)! - 1;
       requestsInFlight.set(socket, left);
       // An answer begun before the stop (a change stream) went out keep-alive: end its connection once
       // it is written, without waiting for the client to close its side (Node keeps a half-closed socket).
@@ -43,5 +45,9 @@ export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): 
     }, drainMs);
     drainTimer.unref();
   });
+  app.addHook('onSend', async (_request, reply) => {
+    if (closing) reply.header('connection', 'close');
+  });
   app.addHook('onClose', async () => clearTimeout(drainTimer));
+  return { closing: () => closing };
 }

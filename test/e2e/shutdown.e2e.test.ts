@@ -2,7 +2,9 @@ import { connect, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
+import { startOfLog } from '../../src/eventstore/port.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
+import { eventually, startStack, type Stack } from '../support/stack.js';
 
 /**
  * SIGTERM with connections that will never finish a request on their own: one that sent nothing,
@@ -15,15 +17,21 @@ describe('shutdown with stalled connections', () => {
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
   });
 
-  async function startService(env: Record<string, string>): Promise<ServiceProcess> {
+  /** The service as its own process, and its stores as a tool opens them (to see what it stored). */
+  async function startService(env: Record<string, string>): Promise<{ service: ServiceProcess; stack: Stack }> {
     const databaseUrl = await prepareReadDatabase(await createTestDatabase());
+    const stack = await startStack(databaseUrl);
+    cleanups.push(() => stack.close());
     const service = await startServiceProcess({ databaseUrl, eventStoreUrl: await eventStoreUrlFor(databaseUrl), env });
     cleanups.push(() => service.signal('SIGKILL'));
-    return service;
+    return { service, stack };
   }
 
   /** A raw connection that writes `text` and then stalls; `closed` settles with what the server sent before closing it, and when. */
-  async function stalledConnection(service: ServiceProcess, text: string): Promise<{ closed: Promise<{ received: string; at: number }> }> {
+  async function stalledConnection(
+    service: ServiceProcess,
+    text: string,
+  ): Promise<{ closed: Promise<{ received: string; at: number }>; send: (more: string) => void }> {
     const { hostname, port } = new URL(service.url);
     // Half-open allowed: like a client that never closes its side, it keeps the connection until the server ends it.
     const socket: Socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true });
@@ -39,11 +47,11 @@ describe('shutdown with stalled connections', () => {
       const settle = () => resolve({ received, at: Date.now() });
       socket.once('end', settle).once('close', settle);
     });
-    return { closed };
+    return { closed, send: (more) => socket.write(more) };
   }
 
   it('stops cleanly: idle and half-sent connections are closed at once, a stalled body when the drain time is up', async () => {
-    const service = await startService({ SHUTDOWN_DRAIN_MS: '2000' });
+    const { service } = await startService({ SHUTDOWN_DRAIN_MS: '2000' });
     const silent = await stalledConnection(service, '');
     const halfHeaders = await stalledConnection(service, 'POST /api HTTP/1.1\r\nHost: localhost\r\n');
     // With a token, so that the request waits for its body rather than being refused on its headers.
@@ -76,7 +84,7 @@ describe('shutdown with stalled connections', () => {
   it('stops cleanly with a change stream open whose client never closes its side', async () => {
     // No request is unfinished once the stream has ended, so only the stream's own end may close its
     // connection; the guard then exits 1 after 25 s, before Node's keep-alive timeout would.
-    const service = await startService({ SHUTDOWN_DRAIN_MS: '20000' });
+    const { service } = await startService({ SHUTDOWN_DRAIN_MS: '20000' });
     const token = await service.token(['org_shutdown']);
     const body = JSON.stringify({ query: 'list_changes', params: { organization_id: 'org_shutdown' } });
     const stream = await stalledConnection(
@@ -96,5 +104,34 @@ describe('shutdown with stalled connections', () => {
     // Answered, and ended cleanly (the last chunk) before the server closed the connection.
     expect(streamed).toMatch(/^HTTP\/1\.1 200 /);
     expect(streamed.endsWith('0\r\n\r\n')).toBe(true);
+  });
+
+  it('answers the request in flight with connection: close, and takes no request sent on its connection after the stop began', async () => {
+    const { service, stack } = await startService({ LOG_LEVEL: 'info' });
+    const token = await service.token(['org_shutdown']);
+    const post = (query: string, params: object) => {
+      const body = JSON.stringify({ query, params });
+      return (
+        `POST /api HTTP/1.1\r\nHost: localhost\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\n` +
+        `content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+      );
+    };
+    // A long poll: in flight when the stop comes, answered when its time is up.
+    const connection = await stalledConnection(service, post('list_changes', { organization_id: 'org_shutdown', wait_ms: 1500 }));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    const stopping = service.signal('SIGTERM');
+    await eventually(() => service.output().includes('shutting down'), 5000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    connection.send(post('create_workspace', { organization_id: 'org_shutdown', name: 'sent during the stop' }));
+    const { received } = await connection.closed;
+    await stopping;
+
+    expect(service.child.exitCode, service.output()).toBe(0);
+    // One answer, the long poll's, saying that the connection ends: the client knows the next request was not taken.
+    expect(received.match(/^HTTP\/1\.1 /gm), received).toHaveLength(1);
+    expect(received).toMatch(/^HTTP\/1\.1 200 /);
+    expect(received).toMatch(/\r\nconnection: close\r\n/i);
+    // And it was not: nothing was stored for it.
+    expect(await stack.store.readAll(startOfLog, 100)).toEqual([]);
   });
 });
