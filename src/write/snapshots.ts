@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { StreamHead } from '../eventstore/port.js';
-import type { Pool } from '../infra/postgres.js';
+import { named, type Pool } from '../infra/postgres.js';
 import type { Timestamp } from '../domain/timestamp.js';
 
 /**
@@ -88,11 +88,39 @@ export function readSnapshotRow(row: SnapshotRow): RecordSnapshot | 'corrupt' | 
 /** Rows of one insert: a cold load of a long stream may make many. */
 const rowsPerInsert = 200;
 
-/** Of the latest snapshots, how many are tried before giving up on them (each one found corrupt leads to the one before). */
+/** Of the latest snapshots, how many are tried before giving up on them (each one found unusable leads to the one before). */
 const candidates = 4;
 
 /** The columns as SnapshotRow has them: `version` as text, so ORDER BY names the table's (`s.version`), not this alias. */
 export const snapshotColumns = 'stream_name, version::text AS version, event_id, occurred_at, format, state, checksum';
+
+/** Where a stream's snapshots are looked for: at or before an instant or a version, and below one found unusable. */
+export type SnapshotBound = { until?: Timestamp | undefined; through?: bigint | undefined; below?: bigint };
+
+/**
+ * The statement reading a stream's latest snapshot within `bound`: a few index probes, however
+ * many snapshots the stream has. A stream has one every `snapshotInterval` versions, and ordered
+ * by version under a bound on time PostgreSQL read and sorted every one before the instant (998 of
+ * them near the end of a record of 100,000 events: its estimate for one stream is a few rows),
+ * while a max() is read from an index's end whatever the estimate. A record's events occur one
+ * after another (src/domain/command.ts), so its snapshots' times run in the order of their
+ * versions: the one at the latest time at or before an instant is the latest version there.
+ */
+export function latestSnapshotQuery(streamName: string, bound: SnapshotBound): { text: string; values: unknown[] } {
+  const values: unknown[] = [streamName];
+  const versionBounds: string[] = [];
+  if (bound.through !== undefined) versionBounds.push(`version <= $${values.push(bound.through.toString())}::bigint`);
+  if (bound.below !== undefined) versionBounds.push(`version < $${values.push(bound.below.toString())}::bigint`);
+  if (bound.until !== undefined) {
+    const latestTime = `SELECT max(occurred_at) FROM record_snapshots WHERE stream_name = $1 AND occurred_at <= $${values.push(bound.until)}::text`;
+    versionBounds.push(`version <= (SELECT max(version) FROM record_snapshots WHERE stream_name = $1 AND occurred_at = (${latestTime}))`);
+  }
+  return {
+    text: `SELECT ${snapshotColumns} FROM record_snapshots s
+           WHERE s.stream_name = $1 AND s.version = (SELECT max(version) FROM record_snapshots WHERE ${['stream_name = $1', ...versionBounds].join(' AND ')})`,
+    values,
+  };
+}
 
 /** Snapshots in the read database (table record_snapshots, migration 0009), in either event-store mode. */
 export class PostgresSnapshots implements SnapshotStore {
@@ -102,22 +130,22 @@ export class PostgresSnapshots implements SnapshotStore {
   ) {}
 
   async latest(streamName: string, until?: Timestamp, through?: bigint): Promise<RecordSnapshot | undefined> {
-    let rows: SnapshotRow[];
-    try {
-      ({ rows } = await this.pool.query<SnapshotRow>(
-        `SELECT ${snapshotColumns} FROM record_snapshots s
-         WHERE stream_name = $1 AND ($2::text IS NULL OR occurred_at <= $2::text) AND ($3::bigint IS NULL OR s.version <= $3::bigint)
-         ORDER BY s.version DESC LIMIT ${candidates}`,
-        [streamName, until ?? null, through?.toString() ?? null],
-      ));
-    } catch (error) {
-      // Without a snapshot the record is read from its first event: slower, and as correct.
-      this.logger.warn({ err: (error as Error).message, stream: streamName }, 'could not read snapshots; reading the whole stream');
-      return undefined;
-    }
-    for (const row of rows) {
+    // Each one found corrupt or of another format leads to the one before it, up to `candidates`.
+    for (let tried = 0, bound: SnapshotBound = { until, through }; tried < candidates; tried++) {
+      let rows: SnapshotRow[];
+      try {
+        const { text, values } = latestSnapshotQuery(streamName, bound);
+        ({ rows } = await this.pool.query<SnapshotRow>(named(text, values)));
+      } catch (error) {
+        // Without a snapshot the record is read from its first event: slower, and as correct.
+        this.logger.warn({ err: (error as Error).message, stream: streamName }, 'could not read snapshots; reading the whole stream');
+        return undefined;
+      }
+      const row = rows[0];
+      if (!row) return undefined;
       const snapshot = readSnapshotRow(row);
       if (typeof snapshot === 'object') return snapshot;
+      bound = { ...bound, below: BigInt(row.version) };
     }
     return undefined;
   }
