@@ -1,6 +1,6 @@
 import { comparePositions, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
 import { checkpointSignatureValid, type Checkpoint, type PublicJwk } from './checkpoints.js';
-import { hashEvent, isChained, storedHashes, zeroHash } from './hashes.js';
+import { hashEvent, isChained, storedHashes, zeroHash, type EventHashes } from './hashes.js';
 import { leafHash, nodeHash, rootHash, type MerkleNode, type NodeLookup } from './merkle.js';
 
 /**
@@ -16,18 +16,26 @@ export type Break = { organizationId?: string | undefined; streamName?: string; 
 export type StoredLeaf = { organizationId: string; leafIndex: number; streamName: string; version: bigint; hash: string };
 
 /**
- * What the audit knows of a stream: the last version seen (any event's), the last chained event's
- * hash, and its leaves by version, with the next one its events should meet (they come in order).
+ * What the audit knows of a stream: the last version seen (any event's; a number, as versions are
+ * far below 2^53, so that following it allocates nothing), the last chained event's hash, and its
+ * leaves by version (as places in LogAudit's list), with the next one its events should meet
+ * (they come in order).
  */
-type StreamAudit = { version: bigint; head: string; leaves: StoredLeaf[]; next: number };
+type StreamAudit = { version: number; head: string; leaves: number[]; next: number };
 
-const byVersion = (a: StoredLeaf, b: StoredLeaf) => (a.version < b.version ? -1 : a.version > b.version ? 1 : 0);
+/** What check finds in an event with nothing wrong: shared, as that is nearly every event. */
+const noBreaks: readonly Break[] = Object.freeze([]);
 
-/** Follows the log, each stream's events in order, one event at a time, against the trees' leaves. */
+/**
+ * Follows the log, each stream's events in order, one event at a time, against the trees' leaves.
+ * This runs for every event of the log: what it keeps per event is a flag, and an event with
+ * nothing wrong allocates little beyond its hashes.
+ */
 export class LogAudit {
   private readonly leaves: StoredLeaf[];
-  private readonly matched = new Set<StoredLeaf>();
-  /** One entry per stream, leaves and all: one lookup per event (this runs for every event of the log). */
+  /** By place in `leaves`: whether an event of the log met that leaf. */
+  private readonly matched: Uint8Array;
+  /** One entry per stream, leaves and all: one lookup per event. */
   private readonly streams = new Map<string, StreamAudit>();
   events = 0;
 
@@ -37,78 +45,105 @@ export class LogAudit {
     private readonly treeEnd: GlobalPosition,
   ) {
     this.leaves = [...leaves];
-    for (const leaf of this.leaves) this.stream(leaf.streamName).leaves.push(leaf);
+    this.matched = new Uint8Array(this.leaves.length);
+    for (const [place, leaf] of this.leaves.entries()) this.stream(leaf.streamName).leaves.push(place);
+    const versionAt = (place: number) => this.leaves[place]!.version;
+    const byVersion = (a: number, b: number) => (versionAt(a) < versionAt(b) ? -1 : versionAt(a) > versionAt(b) ? 1 : 0);
     for (const stream of this.streams.values()) stream.leaves.sort(byVersion);
   }
 
   private stream(streamName: string): StreamAudit {
     let stream = this.streams.get(streamName);
     if (!stream) {
-      stream = { version: 0n, head: zeroHash, leaves: [], next: 0 };
+      stream = { version: 0, head: zeroHash, leaves: [], next: 0 };
       this.streams.set(streamName, stream);
     }
     return stream;
   }
 
-  /** The stream's leaf of `version`: the next one when its events come in order, else found by halves. */
-  private leafOf(stream: StreamAudit, version: bigint): StoredLeaf | undefined {
-    const { leaves } = stream;
-    let leaf = leaves[stream.next];
-    if (leaf?.version !== version) {
-      let [low, high] = [0, leaves.length];
-      while (low < high) {
-        const middle = (low + high) >>> 1;
-        if (leaves[middle]!.version < version) low = middle + 1;
-        else high = middle;
-      }
-      leaf = leaves[low];
-      if (leaf?.version !== version) return undefined;
-      stream.next = low;
-    }
-    stream.next += 1;
-    return leaf;
+  /** The version of the stream's `index`th leaf. */
+  private versionAt(stream: StreamAudit, index: number): bigint | undefined {
+    const place = stream.leaves[index];
+    return place === undefined ? undefined : this.leaves[place]!.version;
   }
 
-  check(event: RecordedEvent): Break[] {
-    const stream = this.stream(event.streamName);
-    const breaks: Break[] = [];
-    const leaf = this.leafOf(stream, event.version);
-    const organizationId = leaf?.organizationId ?? (event.data as { organization_id?: string } | null)?.organization_id;
-    const where = { organizationId, streamName: event.streamName, version: event.version };
-    if (event.version !== stream.version + 1n) {
-      const why = event.version > stream.version ? 'an event before it is missing' : 'it is out of place';
-      breaks.push({ ...where, message: `follows version ${stream.version}: ${why}` });
-    }
-    stream.version = event.version;
-    if (!isChained(event)) return breaks;
-    this.events += 1;
-    const stored = storedHashes(event.metadata);
-    const recomputed = hashEvent(event, stored?.previous_hash ?? stream.head);
-    if (stored) {
-      if (stored.data_hash !== recomputed.data_hash)
-        breaks.push({ ...where, message: `data_hash is ${stored.data_hash}, the stored data hashes to ${recomputed.data_hash}` });
-      if (stored.previous_hash !== stream.head)
-        breaks.push({ ...where, message: `previous_hash is ${stored.previous_hash}, the previous event's hash is ${stream.head}` });
-      if (stored.hash !== recomputed.hash) {
-        const message = `hash is ${stored.hash}, the event hashes to ${recomputed.hash} (its data, type, actor, time or place changed)`;
-        breaks.push({ ...where, message });
+  /** The place of the stream's leaf of `version`: the next one when its events come in order, else found by halves. */
+  private leafOf(stream: StreamAudit, version: bigint): number | undefined {
+    if (this.versionAt(stream, stream.next) !== version) {
+      let [low, high] = [0, stream.leaves.length];
+      while (low < high) {
+        const middle = (low + high) >>> 1;
+        if (this.versionAt(stream, middle)! < version) low = middle + 1;
+        else high = middle;
       }
+      if (this.versionAt(stream, low) !== version) return undefined;
+      stream.next = low;
     }
-    const hash = stored?.hash ?? recomputed.hash;
+    return stream.leaves[stream.next++];
+  }
+
+  check(event: RecordedEvent): readonly Break[] {
+    const stream = this.stream(event.streamName);
+    const place = this.leafOf(stream, event.version);
+    const leaf = place === undefined ? undefined : this.leaves[place]!;
+    const found = new Findings(event, leaf);
+    const version = Number(event.version);
+    if (version !== stream.version + 1)
+      found.add(`follows version ${stream.version}: ${version > stream.version ? 'an event before it is missing' : 'it is out of place'}`);
+    stream.version = version;
+    if (!isChained(event)) return found.breaks;
+    this.events += 1;
+    const hash = checkHashes(event, stream.head, found);
     if (leaf) {
-      this.matched.add(leaf);
-      if (leaf.hash !== hash)
-        breaks.push({ ...where, message: `leaf ${leaf.leafIndex} of the tree holds ${leaf.hash}, the event's hash is ${hash}` });
-    } else if (comparePositions(event.position, this.treeEnd) <= 0)
-      breaks.push({ ...where, message: 'the tree has no leaf for this event' });
+      this.matched[place!] = 1;
+      if (leaf.hash !== hash) found.add(`leaf ${leaf.leafIndex} of the tree holds ${leaf.hash}, the event's hash is ${hash}`);
+    } else if (comparePositions(event.position, this.treeEnd) <= 0) found.add('the tree has no leaf for this event');
     stream.head = hash;
-    return breaks;
+    return found.breaks;
   }
 
   /** The leaves no event of the log matched (in the order given), each a break: `leafWithoutEvent`. */
   unmatchedLeaves(): StoredLeaf[] {
-    return this.leaves.filter((leaf) => !this.matched.has(leaf));
+    return this.leaves.filter((_, place) => this.matched[place] !== 1);
   }
+}
+
+/** What is wrong with one event, if anything: the array is made at the first break. */
+class Findings {
+  breaks: readonly Break[] = noBreaks;
+
+  constructor(
+    private readonly event: RecordedEvent,
+    private readonly leaf: StoredLeaf | undefined,
+  ) {}
+
+  add(message: string): void {
+    const { event, leaf } = this;
+    const organizationId = leaf?.organizationId ?? (event.data as { organization_id?: string } | null)?.organization_id;
+    this.breaks = [...this.breaks, { organizationId, streamName: event.streamName, version: event.version, message }];
+  }
+}
+
+/**
+ * The event's hashes recomputed against those it was stored with, after a chained event whose
+ * hash is `head`; returns its hash, as stored or, for an event stored before hashes, as computed.
+ * When all three are the ones recomputed, they are hex digests, and need no other check.
+ */
+function checkHashes(event: RecordedEvent, head: string, found: Findings): string {
+  const { data_hash, previous_hash, hash } = (event.metadata ?? {}) as Partial<Record<keyof EventHashes, unknown>>;
+  if (previous_hash === head) {
+    const recomputed = hashEvent(event, head);
+    if (data_hash === recomputed.data_hash && hash === recomputed.hash) return recomputed.hash;
+  }
+  const stored = storedHashes(event.metadata);
+  const recomputed = hashEvent(event, stored?.previous_hash ?? head);
+  if (!stored) return recomputed.hash;
+  if (stored.data_hash !== recomputed.data_hash)
+    found.add(`data_hash is ${stored.data_hash}, the stored data hashes to ${recomputed.data_hash}`);
+  if (stored.previous_hash !== head) found.add(`previous_hash is ${stored.previous_hash}, the previous event's hash is ${head}`);
+  if (stored.hash !== recomputed.hash)
+    found.add(`hash is ${stored.hash}, the event hashes to ${recomputed.hash} (its data, type, actor, time or place changed)`);
+  return stored.hash;
 }
 
 /** A leaf whose event the log does not hold: it was deleted or moved. */

@@ -18,14 +18,11 @@ export type StoredForm = StoredEvent & { streamName: string; version: bigint };
 
 /**
  * A string as RFC 8785 writes it, which is as JSON.stringify does, unless it holds a lone
- * surrogate: JSON.stringify escapes one as \ud…, and the library refuses it. Undefined then (or for
- * a string that merely holds those characters, which the library writes the same), and for
- * anything not a string.
+ * surrogate: JSON.stringify escapes one as \ud…, and the library refuses it. Undefined then, and
+ * for anything not a string.
  */
 function canonicalString(value: unknown): string | undefined {
-  if (typeof value !== 'string') return undefined;
-  const text = JSON.stringify(value);
-  return text.includes('\\ud') ? undefined : text;
+  return typeof value === 'string' && value.isWellFormed() ? JSON.stringify(value) : undefined;
 }
 
 /**
@@ -97,7 +94,8 @@ type HashedFields = ReturnType<typeof coveredMetadata> & {
 function canonicalHashedFields(fields: HashedFields): string {
   const { schema_version, version } = fields;
   const actor = canonicalString(fields.actor);
-  const dataHash = canonicalString(fields.data_hash);
+  // A digest hashEvent has just made: 64 hex digits, which RFC 8785 writes as they are.
+  const dataHash = `"${fields.data_hash}"`;
   const occurredAt = canonicalString(fields.occurred_at);
   const previousHash = canonicalString(fields.previous_hash);
   const stream = canonicalString(fields.stream);
