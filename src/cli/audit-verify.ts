@@ -14,15 +14,14 @@ import { availableParallelism } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { auditTree, describeBreak, LogAudit, leafWithoutEvent, type Break, type StoredLeaf } from '../integrity/audit.js';
+import { auditTree, describeBreak, LogAudit, leafWithoutEvent, type Break, type StoredLeaf, type StoredLevel } from '../integrity/audit.js';
 import type { Checkpoint, PublicJwk } from '../integrity/checkpoints.js';
-import type { MerkleNode } from '../integrity/merkle.js';
 import {
-  readAllNodes,
   readCheckpoints,
   readLeafHashes,
   readPublicKeys,
   readRangeLeaves,
+  readStoredLevels,
   readTreeProgress,
   readTrees,
 } from '../integrity/adapters/tables.js';
@@ -49,7 +48,7 @@ checkpoint's signature. Prints each break (organization, stream, version, what d
 
 const { config, logger } = operatorSetup();
 
-type Tree = { organizationId: string; leaves: { leafIndex: number; hash: string }[]; nodes: MerkleNode[]; checkpoints: Checkpoint[] };
+type Tree = { organizationId: string; leaves: { leafIndex: number; hash: string }[]; nodes: StoredLevel[]; checkpoints: Checkpoint[] };
 
 const leafPage = 50_000;
 const logPage = 5_000;
@@ -64,7 +63,7 @@ async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; tr
       leaves.push(...page);
       page = page.length < leafPage ? [] : await readLeafHashes(client, organizationId, leaves.length, leafPage);
     }
-    const nodes = await readAllNodes(client, organizationId);
+    const nodes = await readStoredLevels(client, organizationId, leaves.length);
     trees.push({ organizationId, leaves, nodes, checkpoints: await readCheckpoints(client, organizationId) });
   }
   return { keys, trees };

@@ -39,6 +39,12 @@ export function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
   return sha256(nodeInput);
 }
 
+/** The hash of the inner node over the two 32-byte hashes at `offset` in `hashes`, copied in one go. */
+export function nodeHashAt(hashes: Buffer, offset: number): Buffer {
+  hashes.copy(nodeInput, 1, offset, offset + 64);
+  return sha256(nodeInput);
+}
+
 /** The root of the empty tree: SHA-256 of nothing. */
 export const emptyRoot = () => sha256(new Uint8Array(0));
 

@@ -2,7 +2,7 @@ import type { GlobalPosition } from '../../eventstore/port.js';
 import { lockKeys } from '../../infra/lock-keys.js';
 import type { Pool, PoolClient } from '../../infra/postgres.js';
 import type { Checkpoint, PublicJwk } from '../checkpoints.js';
-import type { StoredLeaf } from '../audit.js';
+import { emptyLevel, levelSizes, storeNode, type StoredLeaf, type StoredLevel } from '../audit.js';
 import type { MerkleNode, NodeKey } from '../merkle.js';
 import type { PlacedLeaf, StreamHead } from '../tree.js';
 
@@ -286,33 +286,34 @@ export async function readTreeProgress(client: Queryable): Promise<GlobalPositio
 }
 
 /**
- * Every stored node of an organization's tree. Read in runs of consecutive nodes, each run's
- * hashes as one value (a tree of a million leaves has two million nodes: a row, a parse and a
+ * Every stored node of an organization's tree of `size` leaves, level by level (nodes outside the
+ * tree's room are left out). Read in runs of consecutive nodes, each run's hashes as one value
+ * copied into its level (a tree of a million leaves has two million nodes: a row, a parse and a
  * buffer each would cost more than hashing them); a run with a node missing or of another length
  * than a hash is read node by node.
  */
-export async function readAllNodes(client: Queryable, organizationId: string): Promise<MerkleNode[]> {
+export async function readStoredLevels(client: Queryable, organizationId: string, size: number): Promise<StoredLevel[]> {
   const { rows } = await client.query<{ level: number; first: string; last: string; count: number; whole: boolean; hashes: Buffer }>(
     `SELECT level, min(index) AS first, max(index) AS last, count(*)::int AS count, bool_and(octet_length(hash) = 32) AS whole,
             string_agg(hash, ''::bytea ORDER BY index) AS hashes
      FROM integrity_nodes WHERE organization_id = $1 GROUP BY level, index / ${nodeRun}`,
     [organizationId],
   );
-  const nodes: MerkleNode[] = [];
+  const levels = levelSizes(size).map(emptyLevel);
   for (const run of rows) {
-    const first = Number(run.first);
-    if (run.whole && Number(run.last) - first + 1 === run.count) {
-      for (let offset = 0; offset < run.count; offset++)
-        nodes.push({ level: run.level, index: first + offset, hash: run.hashes.subarray(offset * 32, offset * 32 + 32) });
+    const [first, level] = [Number(run.first), levels[run.level]];
+    if (run.whole && Number(run.last) - first + 1 === run.count && level && first >= 0 && first + run.count <= level.present.length) {
+      run.hashes.copy(level.hashes, first * 32);
+      level.present.fill(1, first, first + run.count);
       continue;
     }
     const { rows: single } = await client.query<{ index: string; hash: Buffer }>(
       'SELECT index, hash FROM integrity_nodes WHERE organization_id = $1 AND level = $2 AND index BETWEEN $3 AND $4',
       [organizationId, run.level, run.first, run.last],
     );
-    for (const row of single) nodes.push({ level: run.level, index: Number(row.index), hash: row.hash });
+    for (const row of single) storeNode(level, Number(row.index), row.hash);
   }
-  return nodes;
+  return levels;
 }
 
 const nodeRun = 8192;

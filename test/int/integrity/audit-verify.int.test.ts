@@ -159,4 +159,30 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       problems: [],
     });
   });
+
+  it("names each of the tree's nodes changed, deleted or cut short, and no other", async () => {
+    const node = (level: number, index: number) => [organization, level, index];
+    await database.query(
+      `UPDATE integrity_nodes SET hash = decode(repeat('07', 32), 'hex') WHERE organization_id = $1 AND level = $2 AND index = $3`,
+      node(1, 0),
+    );
+    await database.query('DELETE FROM integrity_nodes WHERE organization_id = $1 AND level = $2 AND index = $3', node(0, 3));
+    await database.query(
+      `UPDATE integrity_nodes SET hash = decode(repeat('09', 31), 'hex') WHERE organization_id = $1 AND level = $2 AND index = $3`,
+      node(2, 0),
+    );
+
+    const outcome = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl);
+    expect(outcome.code).toBe(1);
+    const nodeLines = outcome.stdout.split('\n').filter((line) => / node at level | no node at level /.test(line));
+    expect(nodeLines).toEqual([
+      `organization ${organization}: the tree has no node at level 0, index 3`,
+      expect.stringMatching(
+        new RegExp(`^organization ${organization}: node at level 1, index 0 is (07){32}, its leaves hash to [0-9a-f]{64}$`),
+      ),
+      expect.stringMatching(
+        new RegExp(`^organization ${organization}: node at level 2, index 0 is (09){31}, its leaves hash to [0-9a-f]{64}$`),
+      ),
+    ]);
+  });
 });

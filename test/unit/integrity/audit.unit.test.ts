@@ -1,6 +1,6 @@
 import { createHash, generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { auditTree, describeBreak } from '../../../src/integrity/audit.js';
+import { auditTree, describeBreak, storedLevels } from '../../../src/integrity/audit.js';
 import { signCheckpoint, signingKeyFromPem } from '../../../src/integrity/checkpoints.js';
 import { appendLeaves, lookupIn, rootHash } from '../../../src/integrity/merkle.js';
 
@@ -23,7 +23,7 @@ describe('auditTree', () => {
   it('given a whole tree with checkpoints signed by published keys, finds nothing', () => {
     const rotated = newKey();
     const checkpoints = [checkpointAt(3), checkpointAt(8), checkpointAt(11, rotated)];
-    expect(auditTree('org_a', leaves, nodes, checkpoints, [key.publicJwk, rotated.publicJwk])).toEqual([]);
+    expect(auditTree('org_a', leaves, storedLevels(leaves.length, nodes), checkpoints, [key.publicJwk, rotated.publicJwk])).toEqual([]);
   });
 
   it('given a changed node, a forged root, an unknown key, a bad signature and a size past the leaves, names each', () => {
@@ -32,7 +32,13 @@ describe('auditTree', () => {
     const unknownKey = checkpointAt(5, newKey());
     const badSignature = { ...checkpointAt(6), timestamp: '2026-01-02T00:00:00.000000Z' };
     const tooLarge = { ...checkpointAt(11), size: 12 };
-    const found = auditTree('org_a', leaves, changed, [forgedRoot, unknownKey, badSignature, tooLarge], [key.publicJwk]).map(describeBreak);
+    const found = auditTree(
+      'org_a',
+      leaves,
+      storedLevels(leaves.length, changed),
+      [forgedRoot, unknownKey, badSignature, tooLarge],
+      [key.publicJwk],
+    ).map(describeBreak);
     expect(found).toEqual([
       expect.stringMatching(/^organization org_a: node at level 1, index 2 is 0707.*, its leaves hash to [0-9a-f]{64}$/),
       expect.stringMatching(/^organization org_a: checkpoint of size 8: root_hash is a{64}, the leaves give [0-9a-f]{64}$/),
@@ -40,6 +46,16 @@ describe('auditTree', () => {
       expect.stringMatching(/^organization org_a: checkpoint of size 5: the signature does not verify with key /),
       expect.stringMatching(/^organization org_a: checkpoint of size 6: the signature does not verify/),
       'organization org_a: checkpoint of size 12: the tree holds only 11 leaves',
+    ]);
+  });
+
+  it('given a node missing, one of another length and one outside the tree, names the first two and ignores the third', () => {
+    const kept = nodes.filter((node) => !(node.level === 0 && node.index === 4));
+    const odd = kept.map((node) => (node.level === 2 && node.index === 1 ? { ...node, hash: Buffer.alloc(31, 9) } : node));
+    const outside = [...odd, { level: 0, index: 11, hash: Buffer.alloc(32) }, { level: 9, index: 0, hash: Buffer.alloc(32) }];
+    expect(auditTree('org_a', leaves, storedLevels(leaves.length, outside), [], []).map(describeBreak)).toEqual([
+      'organization org_a: the tree has no node at level 0, index 4',
+      expect.stringMatching(/^organization org_a: node at level 2, index 1 is (09){31}, its leaves hash to [0-9a-f]{64}$/),
     ]);
   });
 });
