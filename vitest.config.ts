@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { defineConfig, type TestProjectInlineConfiguration } from 'vitest/config';
 
 /**
@@ -29,6 +30,10 @@ export default defineConfig({
   test: {
     setupFiles: ['test/support/stand-in-lifecycle.ts'],
     pool: 'forks',
+    // At least two files at a time, where Vitest would run one on two cores: most of a file's time
+    // is spent waiting on service processes and PostgreSQL (a two-core machine: 1,280 s one at a
+    // time, 836 s two at a time, the same 146 files passing).
+    maxWorkers: Math.max(2, availableParallelism() - 1),
     testTimeout: 60_000,
     hookTimeout: 120_000,
     reporters: ['default', './test/support/summary-reporter.ts'],
