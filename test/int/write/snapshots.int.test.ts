@@ -75,4 +75,26 @@ describe('record snapshots in PostgreSQL', () => {
     expect((await snapshots.latest(streamName, undefined, near.head.version + 50n))?.state).toEqual({ index: 1990 });
     expect((await snapshots.latest(streamName, snapshot(1500).occurredAt, near.head.version))?.state).toEqual({ index: 1500 });
   });
+
+  it('never gives a snapshot after the instant, even when a corrupt one with a changed time leads the search', async () => {
+    const streamName = 'workspace-ws_snapshots_moved';
+    const snapshot = (version: number, occurredAt: string): RecordSnapshot => ({
+      streamName,
+      head: { version: BigInt(version) },
+      eventId: `event-${version}`,
+      occurredAt,
+      state: { version },
+    });
+    await snapshots.save([
+      snapshot(100, '2024-01-01T00:00:00.000000Z'),
+      snapshot(200, '2024-02-01T00:00:00.000000Z'),
+      snapshot(300, '2024-03-01T00:00:00.000000Z'),
+    ]);
+    // Its time moved back before the instant asked about: its checksum no longer holds.
+    await stack.pool.query(
+      `UPDATE record_snapshots SET occurred_at = '2024-01-15T00:00:00.000000Z' WHERE stream_name = $1 AND version = 300`,
+      [streamName],
+    );
+    expect((await snapshots.latest(streamName, '2024-01-20T00:00:00.000000Z'))?.state).toEqual({ version: 100 });
+  });
 });
