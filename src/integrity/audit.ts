@@ -1,7 +1,7 @@
 import { comparePositions, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
 import { checkpointSignatureValid, type Checkpoint, type PublicJwk } from './checkpoints.js';
 import { hashEvent, isChained, storedHashes, zeroHash, type EventHashes } from './hashes.js';
-import { leafHash, nodeHashAt, rootHash, type MerkleNode, type NodeLookup } from './merkle.js';
+import { leafHash, nodeHashAt, rootHash, type NodeLookup } from './merkle.js';
 
 /**
  * What `npm run audit:verify` checks (contract §16), as functions of what it reads: every event's
@@ -47,8 +47,10 @@ export class LogAudit {
     this.leaves = [...leaves];
     this.matched = new Uint8Array(this.leaves.length);
     for (const [place, leaf] of this.leaves.entries()) this.stream(leaf.streamName).leaves.push(place);
-    const versionAt = (place: number) => this.leaves[place]!.version;
-    const byVersion = (a: number, b: number) => (versionAt(a) < versionAt(b) ? -1 : versionAt(a) > versionAt(b) ? 1 : 0);
+    const byVersion = (a: number, b: number) => {
+      const [first, second] = [this.leaves[a]!.version, this.leaves[b]!.version];
+      return first < second ? -1 : first > second ? 1 : 0;
+    };
     for (const stream of this.streams.values()) stream.leaves.sort(byVersion);
   }
 
@@ -183,13 +185,6 @@ export const levelSizes = (size: number): number[] => {
   for (let count = size; count >= 1; count = Math.floor(count / 2)) sizes.push(count);
   return sizes;
 };
-
-/** The stored levels of a tree of `size` leaves holding `nodes`. */
-export function storedLevels(size: number, nodes: Iterable<MerkleNode>): StoredLevel[] {
-  const levels = levelSizes(size).map(emptyLevel);
-  for (const node of nodes) storeNode(levels[node.level], node.index, node.hash);
-  return levels;
-}
 
 /**
  * Every complete subtree's hash of the tree of `leafHashes` (RFC 9162), level by level, 32 bytes

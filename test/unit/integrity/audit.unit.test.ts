@@ -1,8 +1,15 @@
 import { createHash, generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { auditTree, describeBreak, storedLevels } from '../../../src/integrity/audit.js';
+import { auditTree, describeBreak, emptyLevel, levelSizes, storeNode, type StoredLevel } from '../../../src/integrity/audit.js';
 import { signCheckpoint, signingKeyFromPem } from '../../../src/integrity/checkpoints.js';
-import { appendLeaves, lookupIn, rootHash } from '../../../src/integrity/merkle.js';
+import { appendLeaves, lookupIn, rootHash, type MerkleNode } from '../../../src/integrity/merkle.js';
+
+/** The stored levels of a tree of `size` leaves holding `nodes`, as readStoredLevels reads them from PostgreSQL. */
+function storedLevels(size: number, nodes: Iterable<MerkleNode>): StoredLevel[] {
+  const levels = levelSizes(size).map(emptyLevel);
+  for (const node of nodes) storeNode(levels[node.level], node.index, node.hash);
+  return levels;
+}
 
 const newKey = () => signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ format: 'pem', type: 'pkcs8' }).toString());
 const leaves = Array.from({ length: 11 }, (_, i) => createHash('sha256').update(`event ${i}`).digest('hex'));
