@@ -34,7 +34,7 @@ import { openStores } from '../src/runtime/stores.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 import { openChangeStream, startReceiver, type Receiver } from './change-receivers.js';
 import { finishBenchDatabase, openBenchDatabase } from './databases.js';
-import { postgresTicks, processTicks, ticksPerSecond } from './cpu-ticks.js';
+import { localPostmaster, postgresTicks, processTicks, ticksPerSecond } from './cpu-ticks.js';
 import { percentile } from './statistics.js';
 import { breakdown, projectorBatches } from './step-breakdown.js';
 import { scrape, type Scrape } from '../test/support/metrics.js';
@@ -83,13 +83,16 @@ const streamCount = listen === 'webhooks' ? 0 : 10;
 
 const defaultDataDir = path.join(tmpdir(), 'wsapi-bench-changes');
 const { embedded, admin, databaseUrl } = await openBenchDatabase({ name: databaseName, usage, defaultDataDir, logger });
-/** The embedded server's postmaster, whose CPU the throughput rounds count (none on DATABASE_URL's server, shared with others). */
-const postmaster = embedded
-  ? Number(readFileSync(path.join(process.env.DATA_DIR || defaultDataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0])
-  : undefined;
 // The schema brought up to date as every process does it (src/runtime/stores.ts).
 const stores = await openStores(parseConfig({ DATABASE_URL: databaseUrl }, 'tool'), logger, { poolSize: 2, listen: false });
 const { pool } = stores;
+/**
+ * The postmaster whose CPU the throughput rounds count: the embedded server's, or DATABASE_URL's
+ * when it runs on this machine (counted whole: whatever else it serves meanwhile is counted too).
+ */
+const postmaster = embedded
+  ? Number(readFileSync(path.join(process.env.DATA_DIR || defaultDataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0])
+  : await localPostmaster(pool);
 let service: ServiceProcess | undefined;
 let receiver: Receiver | undefined;
 try {
@@ -226,7 +229,7 @@ async function deliveryDelays(target: ServiceProcess, http: HttpPool, at: Receiv
   ];
 }
 
-/** CPU seconds so far of the service, its PostgreSQL server (embedded only) and this process (the receiver, the streams' readers, the clients). */
+/** CPU seconds so far of the service, its PostgreSQL server (when on this machine) and this process (the receiver, the streams' readers, the clients). */
 function cpuSeconds(target: ServiceProcess): { service: number; postgres: number; bench: number } {
   const usage = process.cpuUsage();
   return {
@@ -239,8 +242,8 @@ function cpuSeconds(target: ServiceProcess): { service: number; postgres: number
 /** CPU milliseconds per create in each part, from two readings of cpuSeconds. */
 function cpuPerCreate(before: ReturnType<typeof cpuSeconds>, after: ReturnType<typeof cpuSeconds>, made: number): string {
   const per = (part: keyof typeof before) => (((after[part] - before[part]) * 1000) / made).toFixed(2);
-  // DATABASE_URL's server may serve others too: its CPU is not counted (NaN).
-  const postgres = Number.isNaN(after.postgres) ? 'PostgreSQL not counted (DATABASE_URL)' : `PostgreSQL ${per('postgres')}`;
+  // A server on another machine is not counted (NaN).
+  const postgres = Number.isNaN(after.postgres) ? 'PostgreSQL not counted (another machine)' : `PostgreSQL ${per('postgres')}`;
   return `service ${per('service')}, ${postgres}, bench ${per('bench')} ms CPU per create`;
 }
 

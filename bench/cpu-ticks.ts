@@ -4,6 +4,8 @@
  * stolen-from machine can be told apart from the work's own cost.
  */
 import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import type pg from 'pg';
 
 export const ticksPerSecond = 100;
 export function processTicks(pid: number): { own: number; children: number } | undefined {
@@ -34,4 +36,18 @@ export function machineTicks(): { busy: number; steal: number; total: number } {
   const cpu = readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
   const [user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0] = cpu;
   return { busy: user + nice + system + irq + softirq, steal, total: user + nice + system + idle + iowait + irq + softirq + steal };
+}
+
+/**
+ * The postmaster of a server on this machine whose data directory this process can read (a
+ * DATABASE_URL server run locally): its CPU is then counted too, as the whole server's.
+ */
+export async function localPostmaster(pool: pg.Pool): Promise<number | undefined> {
+  try {
+    const { rows } = await pool.query<{ data_directory: string }>('SHOW data_directory');
+    return Number(readFileSync(path.join(rows[0]!.data_directory, 'postmaster.pid'), 'utf8').split('\n')[0]) || undefined;
+  } catch {
+    // Another machine's server, or one whose directory this user may not read: left uncounted.
+    return undefined;
+  }
 }

@@ -12,6 +12,7 @@ import { changeFeed } from './0011-change-feed.js';
 import { webhooks } from './0012-webhooks.js';
 import { recordCommands } from './0013-record-commands.js';
 import { appendsMarked } from './0014-appends-marked.js';
+import { webhookHeads } from './0015-webhook-heads.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -32,4 +33,5 @@ export const migrations: readonly Migration[] = [
   webhooks,
   recordCommands,
   appendsMarked,
+  webhookHeads,
 ];

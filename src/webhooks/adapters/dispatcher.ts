@@ -8,6 +8,7 @@ import type { Pool } from '../../infra/postgres.js';
 import { outcomeOf, retryDelay, type AttemptOutcome } from '../schedule.js';
 import { signedHeaders } from '../signature.js';
 import { deliveryBody, signingSecrets } from '../webhook.js';
+import { dueDeliveries, promoteWaiting, type RecordOfWebhook } from './queue.js';
 import { deliveryAgent, literalTargetProblem } from './targets.js';
 
 export type DispatcherSettings = {
@@ -36,9 +37,12 @@ const attemptsAtOnce = 256;
 const leasedPerRound = 128;
 /** After the database refused to record outcomes: when to try again (they are kept meanwhile). */
 const recordRetryMs = 1000;
+/** Rounds between sweeps for waiting deliveries left without a due head by a process that died. */
+const roundsPerSweep = 20;
 
 type Leased = StoredChange & {
   webhook_id: string;
+  stream_name: string;
   url: string;
   secret: string;
   previous_secret: string | null;
@@ -68,10 +72,16 @@ type Outcome = {
  *   change feed's table, in log order, inserts a pending delivery for those of its types, and moves
  *   the position, all in one statement. The feed's rows become visible in log order (one projector,
  *   one transaction per batch), so no change is passed over.
+ * - Record order: a delivery with an earlier pending one of the same record for the same webhook
+ *   waits (no `next_attempt_at`); only the head of each record's queue is due, so a record's
+ *   changes go in version order while other records go on, and leasing reads due rows alone
+ *   (src/infra/migrations/0015-webhook-heads.ts). A head that leaves `pending` makes the next one
+ *   due ({@link WebhookDispatcher.promote}), and so does an enqueueing round for the rows it made
+ *   wait: of the two statements, whichever runs second sees both writes (each takes its snapshot
+ *   after the other's write, or after its own, committed), so no record is left without a due
+ *   head. A sweep now and then covers a process that died between a write and its promotion.
  * - Attempts: due deliveries are leased FOR UPDATE SKIP LOCKED, counting the attempt and holding
- *   it `timeout + 30 s` under a fresh lease id; only a delivery with no earlier pending one of the
- *   same record for the same webhook is due, so a record's changes go in version order while
- *   other records go on. Leasing goes on while attempts are out, up to {@link attemptsAtOnce}, so
+ *   it `timeout + 30 s` under a fresh lease id. Leasing goes on while attempts are out, up to {@link attemptsAtOnce}, so
  *   a slow receiver holds back only its own record's next changes. The outcomes that finish
  *   while a statement records the previous ones are recorded together by the next, each only
  *   under its own lease id. An instance killed mid-attempt leaves the lease to run out: the attempt
@@ -125,6 +135,7 @@ export class WebhookDispatcher {
     const { signal } = this.stopped;
     let enqueuedAt: GlobalPosition | undefined;
     let enqueuedWhen = 0;
+    let sweptWhen = -Infinity;
     while (!signal.aborted) {
       const seen = this.progress.current;
       // Ended by new outcomes recorded, and by stop() (which aborts `signal` first).
@@ -138,6 +149,10 @@ export class WebhookDispatcher {
           enqueuedAt = seen;
           enqueuedWhen = performance.now();
         }
+        if (performance.now() - sweptWhen >= this.pollMs * roundsPerSweep) {
+          await this.promote(undefined);
+          sweptWhen = performance.now();
+        }
         busy = await this.leaseAndAttempt();
       } catch (error) {
         // The database is away or restarting: the next round tries again; nothing was lost (leases run out).
@@ -150,32 +165,58 @@ export class WebhookDispatcher {
     while (this.attempts.size > 0) await Promise.all(this.attempts);
     await this.recording;
   }
+  /**
+   * One round of enqueueing (see the class), each new delivery due unless its record has an
+   * earlier one pending, here or in the same round. A webhook whose row moved after this
+   * statement's snapshot was taken (another instance enqueued and committed meanwhile: the lock
+   * returns the row as it is now) waits for the next round, since the snapshot would not show the
+   * deliveries that instance added. The records given waiting rows are then promoted.
+   */
   private async enqueue(): Promise<void> {
-    await this.pool.query(
+    const { rows } = await this.pool.query<RecordOfWebhook>(
       `WITH w AS (
          SELECT id, organization_id, types, enqueued_commit, enqueued_prepare FROM webhooks
          WHERE enabled FOR UPDATE SKIP LOCKED
+       ), unmoved AS (
+         SELECT w.* FROM w JOIN webhooks seen ON seen.id = w.id
+           AND (seen.enqueued_commit, seen.enqueued_prepare) = (w.enqueued_commit, w.enqueued_prepare)
        ), found AS (
          SELECT w.id AS webhook_id, w.types, c.commit_position, c.prepare_position, c.organization_id, c.stream_name, c.type
-         FROM w CROSS JOIN LATERAL (
+         FROM unmoved w CROSS JOIN LATERAL (
            SELECT commit_position, prepare_position, organization_id, stream_name, type FROM changes
            WHERE organization_id = w.organization_id AND (commit_position, prepare_position) > (w.enqueued_commit, w.enqueued_prepare)
            ORDER BY changes.commit_position, changes.prepare_position LIMIT $1
          ) c
+       ), wanted AS (
+         SELECT found.*, row_number() OVER (PARTITION BY webhook_id, stream_name ORDER BY commit_position, prepare_position) AS nth
+         FROM found WHERE type = ANY(types)
        ), queued AS (
          INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
            next_attempt_at)
-         SELECT webhook_id, commit_position, prepare_position, organization_id, stream_name, type, 'pending', now()
-         FROM found WHERE type = ANY(types)
+         SELECT webhook_id, commit_position, prepare_position, organization_id, stream_name, type, 'pending',
+           CASE WHEN nth = 1 AND NOT EXISTS (
+             SELECT FROM webhook_deliveries e WHERE e.webhook_id = wanted.webhook_id AND e.stream_name = wanted.stream_name
+               AND e.status = 'pending'
+           ) THEN now() END
+         FROM wanted
          ON CONFLICT DO NOTHING
+         RETURNING webhook_id, stream_name, next_attempt_at
        ), furthest AS (
          SELECT DISTINCT ON (webhook_id) webhook_id, commit_position, prepare_position FROM found
          ORDER BY webhook_id, commit_position DESC, prepare_position DESC
+       ), moved AS (
+         UPDATE webhooks SET enqueued_commit = f.commit_position, enqueued_prepare = f.prepare_position
+         FROM furthest f WHERE webhooks.id = f.webhook_id
        )
-       UPDATE webhooks SET enqueued_commit = f.commit_position, enqueued_prepare = f.prepare_position
-       FROM furthest f WHERE webhooks.id = f.webhook_id`,
+       SELECT DISTINCT webhook_id, stream_name FROM queued WHERE next_attempt_at IS NULL`,
       [enqueuedPerRound],
     );
+    if (rows.length > 0) await this.promote(rows);
+  }
+
+  /** Promotes the records' waiting deliveries (src/webhooks/adapters/queue.ts), waking the loop when any became due. */
+  private async promote(records: readonly RecordOfWebhook[] | undefined): Promise<void> {
+    if ((await promoteWaiting(this.pool, records)) > 0) this.wake();
   }
 
   /** Leases due attempts, as many as there is room for, and sets them going; whether it filled the room (more may be due). */
@@ -184,23 +225,13 @@ export class WebhookDispatcher {
     if (room <= 0) return false;
     const leaseMs = this.settings.timeoutMs + 30_000;
     const { rows } = await this.pool.query<Leased>(
-      `WITH due AS (
-         SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhook_deliveries d
-         JOIN webhooks w ON w.id = d.webhook_id AND w.enabled
-         WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.leased_until IS NULL OR d.leased_until < now())
-           AND NOT EXISTS (
-             SELECT FROM webhook_deliveries e
-             WHERE e.webhook_id = d.webhook_id AND e.stream_name = d.stream_name AND e.status = 'pending'
-               AND (e.commit_position, e.prepare_position) < (d.commit_position, d.prepare_position))
-         ORDER BY d.next_attempt_at LIMIT $1
-         FOR UPDATE OF d SKIP LOCKED
-       ), leased AS (
+      `WITH due AS (${dueDeliveries} FOR UPDATE OF d SKIP LOCKED), leased AS (
          UPDATE webhook_deliveries d SET attempts = d.attempts + 1, last_attempt_at = now(), lease = $2::uuid,
            leased_until = now() + make_interval(secs => $3::float8 / 1000)
          FROM due WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (due.webhook_id, due.commit_position, due.prepare_position)
          RETURNING d.*
        )
-       SELECT l.webhook_id, l.attempts, l.lease::text, w.url, w.secret, w.previous_secret, w.previous_secret_until,
+       SELECT l.webhook_id, l.stream_name, l.attempts, l.lease::text, w.url, w.secret, w.previous_secret, w.previous_secret_until,
          c.commit_position::text, c.prepare_position::text, c.type, c.record_id, c.organization_id, c.workspace_id,
          c.version::text, c.occurred_at, c.actor, c.data
        FROM leased l JOIN webhooks w ON w.id = l.webhook_id
@@ -354,6 +385,13 @@ export class WebhookDispatcher {
     this.unrecorded -= outcomes.length;
     this.wake();
     const written = new Set(recorded.map((row) => row.ordinal));
+    const ended = outcomes.filter(({ next }, ordinal) => next !== 'pending' && written.has(ordinal)).map(({ delivery }) => delivery);
+    if (ended.length > 0) {
+      await this.promote(ended).catch((error: unknown) => {
+        // Safe to leave: the sweep makes those records' next deliveries due.
+        this.logger.warn({ err: (error as Error).message }, "webhook deliveries not made due after their record's earlier one ended");
+      });
+    }
     outcomes.forEach(({ delivery, next, outcome, seconds }, ordinal) => {
       this.observer.onAttempt?.(next === 'pending' ? 'retry' : outcome, seconds);
       if (outcome === 'succeeded') this.observer.onDelivered?.(Math.max(0, (Date.now() - Date.parse(delivery.occurred_at)) / 1000));

@@ -3,6 +3,7 @@ import type { ChangeType } from '../../changes/feed.js';
 import { inTransaction, isoMicros, named, type Pool } from '../../infra/postgres.js';
 import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from '../../read/pages.js';
 import { newWebhookSecret } from '../signature.js';
+import { promoteWaiting } from './queue.js';
 import { rotationOverlapMs, type Delivery, type DeliveryStatus, type Webhook, type WebhookWithSecret } from '../webhook.js';
 
 /** The webhooks' rows (src/infra/migrations/0009-webhooks.ts): what the eight operations read and write. */
@@ -146,23 +147,36 @@ export class WebhookStore {
 
   /**
    * Delivers a change of the webhook's organization again, now, with a fresh schedule (the
-   * change need not have been delivered before). Undefined when the webhook or the change is not there.
+   * change need not have been delivered before); after an earlier change of its record still
+   * pending, if any, as a first delivery would be. Undefined when the webhook or the change is not there.
    */
   async redeliver(id: string, organizations: readonly string[], changeId: string): Promise<Delivery | undefined> {
     const position = decodeCursor(changeId);
     if (!position) return undefined;
-    const { rows } = await this.pool.query<DeliveryRow>(
-      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
+    const { rows } = await this.pool.query<DeliveryRow & { stream_name: string }>(
+      `WITH change AS (
+         SELECT w.id AS webhook_id, c.commit_position, c.prepare_position, c.organization_id, c.stream_name, c.type,
+           CASE WHEN EXISTS (
+             SELECT FROM webhook_deliveries e WHERE e.webhook_id = w.id AND e.stream_name = c.stream_name AND e.status = 'pending'
+               AND (e.commit_position, e.prepare_position) < (c.commit_position, c.prepare_position)
+           ) THEN NULL ELSE now() END AS next_attempt_at
+         FROM webhooks w JOIN changes c ON c.organization_id = w.organization_id AND c.commit_position = $3 AND c.prepare_position = $4
+         WHERE w.id = $1 AND w.organization_id = ANY($2)
+       )
+       INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
          next_attempt_at)
-       SELECT w.id, c.commit_position, c.prepare_position, c.organization_id, c.stream_name, c.type, 'pending', now()
-       FROM webhooks w JOIN changes c ON c.organization_id = w.organization_id AND c.commit_position = $3 AND c.prepare_position = $4
-       WHERE w.id = $1 AND w.organization_id = ANY($2)
+       SELECT webhook_id, commit_position, prepare_position, organization_id, stream_name, type, 'pending', next_attempt_at FROM change
        ON CONFLICT (webhook_id, commit_position, prepare_position) DO UPDATE
-       SET status = 'pending', attempts = 0, next_attempt_at = now(), last_error = NULL, lease = NULL, leased_until = NULL
-       RETURNING ${deliveryColumns}`,
+       SET status = 'pending', attempts = 0, next_attempt_at = EXCLUDED.next_attempt_at, last_error = NULL, lease = NULL,
+         leased_until = NULL
+       RETURNING ${deliveryColumns}, stream_name`,
       [id, organizations, position.commit.toString(), position.prepare.toString()],
     );
-    return rows[0] && deliveryOf(rows[0]);
+    const row = rows[0];
+    if (!row) return undefined;
+    // Waiting behind an earlier one that ended meanwhile, it would otherwise wait for the dispatcher's sweep.
+    if (row.next_attempt_at === null) await promoteWaiting(this.pool, [{ webhook_id: id, stream_name: row.stream_name }]);
+    return deliveryOf(row);
   }
 }
 

@@ -10,11 +10,17 @@ import { migrate } from '../../../src/infra/migrate.js';
 import { noChanges } from '../../../src/projections/batch.js';
 import { writeChanges } from '../../../src/projections/tables.js';
 import { WebhookDispatcher, type DispatcherSettings } from '../../../src/webhooks/adapters/dispatcher.js';
+import { dueDeliveries } from '../../../src/webhooks/adapters/queue.js';
 import { WebhookStore } from '../../../src/webhooks/adapters/store.js';
 import { createTestDatabase } from '../../support/database.js';
 import { readDelivery, type ReceivedDelivery } from '../../support/webhook-receiver.js';
 
 /** The dispatcher on a real PostgreSQL with a real receiver on loopback: shared work, connection-time checks, disabling. */
+type PlanNode = { 'Actual Rows': number; 'Actual Loops': number; Plans?: PlanNode[] };
+const parsed = (delivery: ReceivedDelivery) => JSON.parse(delivery.body) as { type: string; data: { version: number } };
+/** The most rows any node of a plan read, over all its loops. */
+const rowsRead = (node: PlanNode): number => Math.max(node['Actual Rows'] * node['Actual Loops'], ...(node.Plans ?? []).map(rowsRead));
+
 describe('webhook delivery', () => {
   let pool: pg.Pool;
   let server: Server;
@@ -57,6 +63,31 @@ describe('webhook delivery', () => {
       };
     });
     await writeChanges(pool, { ...noChanges(), feed: changeEntriesOf(events) });
+  }
+
+  /** Versions `first` to `last` of one record of `organization` (its creation, then updates), projected as one batch. */
+  async function projectRecord(organization: string, id: string, first: number, last: number): Promise<void> {
+    const events: FeedEvent[] = Array.from({ length: last - first + 1 }, (_, i) => ({
+      event: (first + i === 1
+        ? { type: 'WorkspaceCreated', data: { id, organization_id: organization, name: id, description: '', attributes: {} }, metadata }
+        : { type: 'WorkspaceUpdated', data: { id, name: `${id} ${first + i}` }, metadata }) as Envelope,
+      streamName: `workspace-${id}`,
+      version: BigInt(first + i),
+      position: { commit: (commit += 1n), prepare: 0n },
+    }));
+    await writeChanges(pool, { ...noChanges(), feed: changeEntriesOf(events) });
+  }
+
+  /** A webhook of `organization` for creations and updates, its secret the receiver's. */
+  async function recordsHook(organization: string) {
+    const hook = await store().create({
+      organization_id: organization,
+      url,
+      types: ['WorkspaceCreated', 'WorkspaceUpdated'],
+      description: '',
+    });
+    secret = hook.secret;
+    return hook;
   }
 
   async function until(condition: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
@@ -106,6 +137,72 @@ describe('webhook delivery', () => {
     );
     expect(rows).toEqual([{ status: 'succeeded', attempts: 1, n: '200' }]);
     await store().remove(hook.id, ['org_one']);
+  });
+
+  it("leases without reading the deliveries waiting behind a record's earlier one, and sends them in order once it went through", async () => {
+    received.length = 0;
+    answer = 500;
+    const hook = await recordsHook('org_queue');
+    const dispatcher = new WebhookDispatcher(pool, idle, settings({ retrySchedule: [600_000] }), logger, {}, 20);
+    dispatcher.start();
+    // The creation fails and is retried in ten minutes; the 1,999 updates behind it wait.
+    for (let batch = 0; batch < 20; batch++) await projectRecord('org_queue', 'ws_queued', batch * 100 + 1, batch * 100 + 100);
+    const pending = async () =>
+      Number(
+        (
+          await pool.query<{ n: string }>(
+            `SELECT count(*)::text AS n FROM webhook_deliveries WHERE webhook_id = $1 AND status = 'pending'`,
+            [hook.id],
+          )
+        ).rows[0]!.n,
+      );
+    await until(async () => received.length === 1 && (await pending()) === 2000);
+    await dispatcher.stop();
+    expect(received.map((r) => parsed(r).type)).toEqual(['WorkspaceCreated']);
+
+    const { rows } = await pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
+      `EXPLAIN (ANALYZE, FORMAT JSON) ${dueDeliveries}`,
+      [128],
+    );
+    // Before the queue had heads, each of the 1,999 was read, found due and tested for an earlier one.
+    expect(rowsRead(rows[0]!['QUERY PLAN'][0]!.Plan)).toBeLessThanOrEqual(2);
+
+    await store().remove(hook.id, ['org_queue']);
+
+    // A shorter record whose creation fails once: its retry goes through, and its updates follow it, in version order.
+    received.length = 0;
+    const chain = await recordsHook('org_chain');
+    const again = new WebhookDispatcher(pool, idle, settings(), logger, {}, 20);
+    again.start();
+    await projectRecord('org_chain', 'ws_chain', 1, 50);
+    await until(() => received.length >= 1);
+    answer = 200;
+    await until(() => received.length === 51);
+    await again.stop();
+    const versions = received.map((r) => parsed(r).data.version);
+    expect(versions).toEqual([1, ...Array.from({ length: 50 }, (_, i) => i + 1)]);
+    await store().remove(chain.id, ['org_chain']);
+  });
+
+  it('makes due, by its sweep, a delivery left waiting behind one that ended without promoting it (a process died between)', async () => {
+    received.length = 0;
+    const hook = await recordsHook('org_swept');
+    await projectRecord('org_swept', 'ws_swept', 1, 2);
+    // As a dispatcher that died after recording the creation's success leaves them: the update waits, and nothing is left to enqueue.
+    await pool.query(
+      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status)
+       SELECT $1, commit_position, prepare_position, organization_id, stream_name, type,
+         CASE type WHEN 'WorkspaceCreated' THEN 'succeeded' ELSE 'pending' END
+       FROM changes WHERE stream_name = 'workspace-ws_swept'`,
+      [hook.id],
+    );
+    await pool.query(`UPDATE webhooks SET enqueued_commit = $2 WHERE id = $1`, [hook.id, commit.toString()]);
+    const dispatcher = new WebhookDispatcher(pool, idle, settings(), logger, {}, 20);
+    dispatcher.start();
+    await until(() => received.length === 1);
+    await dispatcher.stop();
+    expect(received.map((r) => [parsed(r).type, parsed(r).data.version])).toEqual([['WorkspaceUpdated', 2]]);
+    await store().remove(hook.id, ['org_swept']);
   });
 
   it('refuses at connection a name that resolves to a non-public address, whatever the URL was when created', async () => {

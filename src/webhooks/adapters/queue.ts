@@ -1,0 +1,49 @@
+import { named, type Pool } from '../../infra/postgres.js';
+
+/**
+ * The deliveries' queue (src/infra/migrations/0015-webhook-heads.ts): each record's deliveries to
+ * a webhook queue behind its earliest pending one, the only one of them that can be due.
+ */
+
+/** A record's queue of deliveries to one webhook. */
+export type RecordOfWebhook = { webhook_id: string; stream_name: string };
+
+/**
+ * The deliveries due now, oldest first, at most `$1` (of enabled webhooks, not leased). Waiting
+ * rows have no `next_attempt_at`: the due index holds heads alone, so this reads what it returns
+ * (and the attempts out, still pending under their leases), whatever waits behind them.
+ */
+export const dueDeliveries = `SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhook_deliveries d
+  JOIN webhooks w ON w.id = d.webhook_id AND w.enabled
+  WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.leased_until IS NULL OR d.leased_until < now())
+  ORDER BY d.next_attempt_at LIMIT $1`;
+
+const givenRecords = `SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) AS r(webhook_id, stream_name)`;
+const recordsWaiting = `SELECT DISTINCT webhook_id, stream_name FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at IS NULL`;
+
+/**
+ * Makes due the earliest pending delivery of each record given where it waits;
+ * with no records given, of every record with a waiting delivery (the sweep, on the
+ * index of waiting rows). Run after every write that can leave a record's earliest pending
+ * delivery waiting: an outcome that ends a head, an enqueueing round or a redelivery that made a
+ * delivery wait behind one that may have ended meanwhile. The number made due.
+ */
+export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebhook[] | undefined): Promise<number> {
+  const { rowCount } = await pool.query(
+    named(
+      `WITH record AS (${records ? givenRecords : recordsWaiting}), earliest AS (
+         SELECT e.webhook_id, e.commit_position, e.prepare_position FROM record r CROSS JOIN LATERAL (
+           SELECT webhook_id, commit_position, prepare_position, next_attempt_at FROM webhook_deliveries e
+           WHERE e.webhook_id = r.webhook_id AND e.stream_name = r.stream_name AND e.status = 'pending'
+           ORDER BY e.commit_position, e.prepare_position LIMIT 1
+         ) e
+         WHERE e.next_attempt_at IS NULL
+       )
+       UPDATE webhook_deliveries d SET next_attempt_at = now() FROM earliest f
+       WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (f.webhook_id, f.commit_position, f.prepare_position)
+         AND d.status = 'pending' AND d.next_attempt_at IS NULL`,
+      records ? [records.map((record) => record.webhook_id), records.map((record) => record.stream_name)] : [],
+    ),
+  );
+  return rowCount ?? 0;
+}
