@@ -69,6 +69,7 @@ const environmentSchema = z
     // At most the contract's 15 s; the default leaves room for the query and the network.
     CHANGE_STREAM_HEARTBEAT_MS: integer(10_000, 100, 15_000),
     WEBHOOK_TIMEOUT_MS: integer(15_000, 100, 600_000),
+    WEBHOOK_DELIVERY_NICE: integer(5, 0, 19),
     SHUTDOWN_DRAIN_MS: integer(10_000, 0, 600_000),
     WEBHOOK_RETRY_SCHEDULE: z.preprocess(
       emptyAsUndefined,
@@ -160,6 +161,8 @@ export type Config = Readonly<{
     disableAfterMs: number;
     /** http:// and non-public addresses allowed (development and tests only). */
     allowPrivateTargets: boolean;
+    /** The delivery thread's nice value (Linux): 0 as the API, up to 19 for least CPU while the machine is busy. */
+    deliveryNice: number;
   }>;
   logLevel: string;
   /** Where GET /metrics is served: on the API's port (`port` undefined) or on a listener of its own. */
@@ -228,6 +231,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
       retrySchedule: Object.freeze(parseSchedule(env.WEBHOOK_RETRY_SCHEDULE)!),
       disableAfterMs: parseDuration(env.WEBHOOK_DISABLE_AFTER)!,
       allowPrivateTargets: env.WEBHOOK_ALLOW_PRIVATE_TARGETS === 'true',
+      deliveryNice: env.WEBHOOK_DELIVERY_NICE,
     }),
     logLevel: env.LOG_LEVEL,
     metrics: Object.freeze({ port: env.METRICS_PORT, host: env.METRICS_HOST ?? env.HOST }),

@@ -9,7 +9,8 @@ import type { Queries, Webhooks } from '../api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from '../audit/history.js';
 import { recordDiff, recordProvenance } from '../audit/provenance-reads.js';
 import { createChangeFeed } from '../changes/adapters/feed.js';
-import { WebhookDispatcher } from '../webhooks/adapters/dispatcher.js';
+import { DeliveryThread } from '../webhooks/adapters/delivery-thread.js';
+import { oldestPendingSeconds } from '../webhooks/adapters/queue.js';
 import { WebhookStore } from '../webhooks/adapters/store.js';
 import { targetProblem } from '../webhooks/adapters/targets.js';
 import type { Config } from '../config.js';
@@ -55,7 +56,7 @@ export type Runtime = {
   cascade: CascadeWorker;
   /** Keeps the organizations' Merkle trees and signs their checkpoints (contract §16). */
   treeKeeper: TreeKeeper;
-  dispatcher: WebhookDispatcher;
+  dispatcher: DeliveryThread;
   /** Stops the projector, closes pools and stops an embedded database, in that order. */
   close: () => Promise<void>;
 };
@@ -188,14 +189,22 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       ) as Omit<Webhooks, 'targetProblem'>,
       { targetProblem: (url: string) => targetProblem(url, config.webhooks.allowPrivateTargets) },
     );
-    const dispatcher = new WebhookDispatcher(pool, progress, config.webhooks, logger.child({ component: 'webhooks' }), {
-      onAttempt: (outcome, seconds) => {
-        metrics.webhookAttempts.inc({ outcome });
-        metrics.webhookAttemptDuration.observe(seconds);
+    const dispatcher = new DeliveryThread({
+      databaseUrl,
+      settings: config.webhooks,
+      nice: config.webhooks.deliveryNice,
+      logLevel: config.logLevel,
+      progress,
+      logger: logger.child({ component: 'webhooks' }),
+      observer: {
+        onAttempt: (outcome, seconds) => {
+          metrics.webhookAttempts.inc({ outcome });
+          metrics.webhookAttemptDuration.observe(seconds);
+        },
+        onDelivered: (seconds) => metrics.webhookDeliveryLatency.observe(seconds),
       },
-      onDelivered: (seconds) => metrics.webhookDeliveryLatency.observe(seconds),
     });
-    metrics.webhookOldestPending = () => dispatcher.oldestPendingSeconds();
+    metrics.webhookOldestPending = () => oldestPendingSeconds(pool);
     if (options.deliverWebhooks ?? true) dispatcher.start();
 
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });

@@ -1,7 +1,10 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { readdirSync, readFileSync } from 'node:fs';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { metricPrefix } from '../../src/observability/metrics.js';
+import { scrape, total } from '../support/metrics.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { expectError, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
 
@@ -75,6 +78,16 @@ async function eventually<T>(read: () => Promise<T> | T, done: (value: T) => boo
   }
 }
 
+/** A nice value no other thread of the test process has, so that the delivery thread is told apart. */
+const deliveryNice = 7;
+
+/** The nice values of this process's threads (Linux: each thread has its own). */
+function threadNiceValues(): number[] {
+  return readdirSync('/proc/self/task').map((task) =>
+    Number(readFileSync(`/proc/self/task/${task}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]),
+  );
+}
+
 describe('webhooks', () => {
   let service: TestService;
   let receiver: Receiver;
@@ -85,7 +98,12 @@ describe('webhooks', () => {
     receiver = new Receiver();
     await receiver.start();
     service = await startTestService({
-      env: { WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_RETRY_SCHEDULE: '100ms,200ms,300ms', WEBHOOK_TIMEOUT_MS: '1000' },
+      env: {
+        WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+        WEBHOOK_RETRY_SCHEDULE: '100ms,200ms,300ms',
+        WEBHOOK_TIMEOUT_MS: '1000',
+        WEBHOOK_DELIVERY_NICE: String(deliveryNice),
+      },
     });
     token = await service.token([org]);
   });
@@ -128,8 +146,21 @@ describe('webhooks', () => {
     );
     await sleep(300);
     expect(receiver.deliveries('/plain')).toHaveLength(2);
+    // Counted by the delivery thread, in the service's metrics.
+    expect(
+      total(await scrape(`${service.url}/metrics`), `${metricPrefix}webhook_attempts_total`, { outcome: 'succeeded' }),
+    ).toBeGreaterThanOrEqual(2);
     await ok(service, token, 'delete_webhook', { id: created.id });
   });
+
+  it.runIf(process.platform === 'linux')(
+    "delivers from a thread of its own, at WEBHOOK_DELIVERY_NICE, the API's thread left as it was",
+    () => {
+      const values = threadNiceValues();
+      expect(values.filter((value) => value === deliveryNice)).toHaveLength(1);
+      expect(values[0]).toBe(0);
+    },
+  );
 
   it('retries a 500 and a timeout with the same webhook-id, holds back only the same record, then fails when the schedule is spent', async () => {
     const created = await createHook('/flaky');

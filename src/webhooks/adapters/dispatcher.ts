@@ -123,14 +123,6 @@ export class WebhookDispatcher {
     await this.agent.close();
   }
 
-  /** The age in seconds of the oldest delivery still pending (0 when none): a metric read at scrape time. */
-  async oldestPendingSeconds(): Promise<number> {
-    const { rows } = await this.pool.query<{ seconds: number | null }>(
-      `SELECT extract(epoch FROM now() - min(created_at))::float8 AS seconds FROM webhook_deliveries WHERE status = 'pending'`,
-    );
-    return rows[0]?.seconds ?? 0;
-  }
-
   private async loop(): Promise<void> {
     const { signal } = this.stopped;
     let enqueuedAt: GlobalPosition | undefined;

@@ -47,3 +47,11 @@ export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebho
   );
   return rowCount ?? 0;
 }
+
+/** The age in seconds of the oldest delivery still pending (0 when none): a metric read at scrape time. */
+export async function oldestPendingSeconds(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ seconds: number | null }>(
+    `SELECT extract(epoch FROM now() - min(created_at))::float8 AS seconds FROM webhook_deliveries WHERE status = 'pending'`,
+  );
+  return rows[0]?.seconds ?? 0;
+}

@@ -1,0 +1,137 @@
+import { Worker } from 'node:worker_threads';
+import type { Logger } from 'pino';
+import type { FeedProgress } from '../../changes/adapters/feed.js';
+import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
+import type { AttemptOutcome } from '../schedule.js';
+import type { DispatcherObserver, DispatcherSettings } from './dispatcher.js';
+
+/** What the delivery thread starts with. */
+export type DeliveryThreadData = {
+  databaseUrl: string;
+  settings: DispatcherSettings;
+  nice: number;
+  logLevel: string;
+  pollMs: number;
+  position: GlobalPosition;
+};
+export type ToDeliveryThread = { type: 'progress'; position: GlobalPosition } | { type: 'stop' };
+export type FromDeliveryThread =
+  | { type: 'attempt'; outcome: AttemptOutcome | 'retry'; seconds: number }
+  | { type: 'delivered'; seconds: number }
+  | { type: 'log'; level: string; message: string; fields: object };
+
+export type DeliveryThreadOptions = Omit<DeliveryThreadData, 'position' | 'pollMs'> & {
+  progress: FeedProgress;
+  observer: DispatcherObserver;
+  logger: Logger;
+  pollMs?: number;
+};
+
+/** After the thread died (it should not: its rounds catch their own errors), it is started again this much later. */
+const restartMs = 1000;
+/** How long the thread's stop may take past the attempts' timeout before it is ended without waiting. */
+const stopGraceMs = 5000;
+
+/**
+ * Webhook delivery (src/webhooks/adapters/dispatcher.ts) in a worker thread of its own, at a
+ * lower priority: its HTTP attempts and statements never take turns with the API's requests on
+ * one event loop, and while the machine is busy the kernel gives the API's thread the CPU first.
+ * Deliveries then lag under a peak of writes, and catch up after it; nothing is lost, as the
+ * queue is in PostgreSQL. Measured with `npm run bench:changes` (README, docs/production.md).
+ */
+export class DeliveryThread {
+  private worker: Worker | undefined;
+  private stopping = false;
+  private readonly forwarding = new AbortController();
+  private exited: Promise<void> = Promise.resolve();
+
+  constructor(private readonly options: DeliveryThreadOptions) {}
+
+  start(): void {
+    this.spawn();
+    void this.forwardProgress();
+  }
+
+  /** Lets the thread's attempts out finish and be recorded, as the dispatcher's stop does, then ends it. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    this.forwarding.abort();
+    const worker = this.worker;
+    if (!worker) return;
+    worker.postMessage({ type: 'stop' } satisfies ToDeliveryThread);
+    const deadline = setTimeout(() => void worker.terminate(), this.options.settings.timeoutMs + stopGraceMs);
+    await this.exited;
+    clearTimeout(deadline);
+  }
+
+  private spawn(): void {
+    const data: DeliveryThreadData = {
+      databaseUrl: this.options.databaseUrl,
+      settings: this.options.settings,
+      nice: this.options.nice,
+      logLevel: this.options.logLevel,
+      pollMs: this.options.pollMs ?? 500,
+      position: this.options.progress.current,
+    };
+    const worker = workerOf(data);
+    this.worker = worker;
+    worker.on('message', (message: FromDeliveryThread) => this.receive(message));
+    worker.on('error', (error) => this.options.logger.error({ err: error.message }, 'webhook delivery thread failed'));
+    this.exited = new Promise((resolve) =>
+      worker.once('exit', (code) => {
+        resolve();
+        if (this.stopping) return;
+        this.options.logger.error({ code }, `webhook delivery thread ended; starting it again in ${restartMs} ms`);
+        setTimeout(() => {
+          if (!this.stopping) this.spawn();
+        }, restartMs).unref();
+      }),
+    );
+  }
+
+  private receive(message: FromDeliveryThread): void {
+    switch (message.type) {
+      case 'attempt':
+        this.options.observer.onAttempt?.(message.outcome, message.seconds);
+        return;
+      case 'delivered':
+        this.options.observer.onDelivered?.(message.seconds);
+        return;
+      case 'log': {
+        const level = (['fatal', 'error', 'warn', 'info', 'debug', 'trace'] as const).find((name) => name === message.level) ?? 'info';
+        this.options.logger[level](message.fields, message.message);
+        return;
+      }
+      default:
+        message satisfies never;
+    }
+  }
+
+  /** Tells the thread each time the projection moves (it waits for that between rounds, as the feed's readers do). */
+  private async forwardProgress(): Promise<void> {
+    const { progress } = this.options;
+    const { signal } = this.forwarding;
+    let told = progress.current;
+    while (!signal.aborted) {
+      await progress.waitPast(told, 1000, signal);
+      if (comparePositions(progress.current, told) <= 0) continue;
+      told = progress.current;
+      this.worker?.postMessage({ type: 'progress', position: told } satisfies ToDeliveryThread);
+    }
+  }
+}
+
+/**
+ * The thread, running the entry's TypeScript source through tsx when the service itself runs
+ * from source (`npm start`), as a worker does not inherit the loader that `--import tsx` registered.
+ */
+function workerOf(data: DeliveryThreadData): Worker {
+  const fromSource = import.meta.url.endsWith('.ts');
+  const entry = new URL(`./delivery-worker.${fromSource ? 'ts' : 'js'}`, import.meta.url).href;
+  if (!fromSource) return new Worker(new URL(entry), { workerData: data });
+  const tsx = import.meta.resolve('tsx/esm/api');
+  return new Worker(`import(${JSON.stringify(tsx)}).then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`, {
+    eval: true,
+    workerData: data,
+  });
+}

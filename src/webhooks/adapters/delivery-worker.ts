@@ -1,0 +1,97 @@
+import os from 'node:os';
+import { parentPort, workerData } from 'node:worker_threads';
+import { pino } from 'pino';
+import type { FeedProgress } from '../../changes/adapters/feed.js';
+import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
+import { createPool } from '../../infra/postgres.js';
+import { WebhookDispatcher } from './dispatcher.js';
+import type { DeliveryThreadData, FromDeliveryThread, ToDeliveryThread } from './delivery-thread.js';
+
+/**
+ * The webhook delivery thread's entry (src/webhooks/adapters/delivery-thread.ts): a dispatcher with
+ * a pool of its own, told of the projection's progress by the service's thread, its outcomes and
+ * log lines sent back there.
+ */
+
+const port = parentPort!;
+const data = workerData as DeliveryThreadData;
+const post = (message: FromDeliveryThread) => port.postMessage(message);
+
+// On Linux a thread has its own nice value: this one, not the API's thread, yields when the machine is busy.
+try {
+  os.setPriority(0, data.nice);
+} catch (error) {
+  // Some platforms refuse; delivery then runs at the API's priority, which only costs the API some CPU.
+  post({ type: 'log', level: 'warn', message: 'webhook delivery thread priority not set', fields: { err: (error as Error).message } });
+}
+
+/** Log lines go to the service's logger, so that they look and go where its own do. */
+const logger = pino(
+  { level: data.logLevel, base: undefined, timestamp: false },
+  {
+    write(line: string) {
+      const { level, msg, ...fields } = JSON.parse(line) as { level: number; msg?: string };
+      post({ type: 'log', level: pino.levels.labels[level] ?? 'info', message: msg ?? '', fields });
+    },
+  },
+);
+
+/** The projection's progress as the service's thread last told it. */
+class ForwardedProgress implements FeedProgress {
+  private readonly waiters = new Set<{ position: GlobalPosition; settle: (moved: boolean) => void }>();
+
+  constructor(public current: GlobalPosition) {}
+
+  moveTo(position: GlobalPosition): void {
+    if (comparePositions(position, this.current) <= 0) return;
+    this.current = position;
+    for (const waiter of this.waiters) if (comparePositions(position, waiter.position) > 0) waiter.settle(true);
+  }
+
+  waitPast(position: GlobalPosition, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
+    if (comparePositions(this.current, position) > 0) return Promise.resolve(true);
+    if (signal?.aborted) return Promise.resolve(false);
+    return new Promise((resolve) => {
+      const waiter = {
+        position,
+        settle: (moved: boolean) => {
+          clearTimeout(timer);
+          signal?.removeEventListener('abort', abandon);
+          this.waiters.delete(waiter);
+          resolve(moved);
+        },
+      };
+      const abandon = () => waiter.settle(false);
+      const timer = setTimeout(abandon, timeoutMs);
+      signal?.addEventListener('abort', abandon, { once: true });
+      this.waiters.add(waiter);
+    });
+  }
+}
+
+const progress = new ForwardedProgress(data.position);
+const pool = createPool(data.databaseUrl, logger, 4);
+const dispatcher = new WebhookDispatcher(
+  pool,
+  progress,
+  data.settings,
+  logger,
+  {
+    onAttempt: (outcome, seconds) => post({ type: 'attempt', outcome, seconds }),
+    onDelivered: (seconds) => post({ type: 'delivered', seconds }),
+  },
+  data.pollMs,
+);
+dispatcher.start();
+
+port.on('message', (message: ToDeliveryThread) => {
+  if (message.type === 'progress') {
+    progress.moveTo(message.position);
+  } else if (message.type === 'stop') {
+    void dispatcher
+      .stop()
+      .then(() => pool.end())
+      // The thread ends once nothing is left to run; closing the port is the last thing.
+      .finally(() => port.close());
+  }
+});
