@@ -69,7 +69,7 @@ const environmentSchema = z
     // At most the contract's 15 s; the default leaves room for the query and the network.
     CHANGE_STREAM_HEARTBEAT_MS: integer(10_000, 100, 15_000),
     WEBHOOK_TIMEOUT_MS: integer(15_000, 100, 600_000),
-    WEBHOOK_DELIVERY_NICE: integer(5, 0, 19),
+    WEBHOOK_DELIVERY_NICE: integer(0, 0, 19),
     SHUTDOWN_DRAIN_MS: integer(10_000, 0, 600_000),
     WEBHOOK_RETRY_SCHEDULE: z.preprocess(
       emptyAsUndefined,

@@ -46,7 +46,7 @@ describe('parseConfig', () => {
         retrySchedule: [5000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
         disableAfterMs: 432_000_000,
         allowPrivateTargets: false,
-        deliveryNice: 5,
+        deliveryNice: 0,
       },
       logLevel: 'info',
       metrics: { port: undefined, host: '127.0.0.1' },

@@ -27,8 +27,14 @@ export type DeliveryThreadOptions = Omit<DeliveryThreadData, 'position' | 'pollM
   pollMs?: number;
 };
 
-/** After the thread died (it should not: its rounds catch their own errors), it is started again this much later. */
-const restartMs = 1000;
+/**
+ * After the thread died (it should not: its rounds catch their own errors), it is started again
+ * this much later, twice as long after each death in a row, up to a minute.
+ */
+const firstRestartMs = 1000;
+const longestRestartMs = 60_000;
+/** A thread that ran this long before it died starts the backoff again from its beginning. */
+const healthyRunMs = 60_000;
 /** How long the thread's stop may take past the attempts' timeout before it is ended without waiting. */
 const stopGraceMs = 5000;
 
@@ -44,10 +50,12 @@ export class DeliveryThread {
   private stopping = false;
   private readonly forwarding = new AbortController();
   private exited: Promise<void> = Promise.resolve();
+  private restartMs = firstRestartMs;
 
   constructor(private readonly options: DeliveryThreadOptions) {}
 
   start(): void {
+    if (this.worker || this.stopping) return;
     this.spawn();
     void this.forwardProgress();
   }
@@ -76,15 +84,19 @@ export class DeliveryThread {
     const worker = workerOf(data);
     this.worker = worker;
     worker.on('message', (message: FromDeliveryThread) => this.receive(message));
-    worker.on('error', (error) => this.options.logger.error({ err: error.message }, 'webhook delivery thread failed'));
+    worker.on('error', (error) => this.options.logger.error({ err: error }, 'webhook delivery thread failed'));
+    worker.on('messageerror', (error) => this.options.logger.error({ err: error }, 'a message from the webhook delivery thread was lost'));
+    const started = performance.now();
     this.exited = new Promise((resolve) =>
       worker.once('exit', (code) => {
         resolve();
         if (this.stopping) return;
-        this.options.logger.error({ code }, `webhook delivery thread ended; starting it again in ${restartMs} ms`);
+        this.restartMs = performance.now() - started >= healthyRunMs ? firstRestartMs : this.restartMs;
+        this.options.logger.error({ code }, `webhook delivery thread ended; starting it again in ${this.restartMs} ms`);
         setTimeout(() => {
           if (!this.stopping) this.spawn();
-        }, restartMs).unref();
+        }, this.restartMs).unref();
+        this.restartMs = Math.min(this.restartMs * 2, longestRestartMs);
       }),
     );
   }

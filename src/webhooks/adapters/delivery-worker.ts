@@ -88,10 +88,14 @@ port.on('message', (message: ToDeliveryThread) => {
   if (message.type === 'progress') {
     progress.moveTo(message.position);
   } else if (message.type === 'stop') {
-    void dispatcher
-      .stop()
-      .then(() => pool.end())
-      // The thread ends once nothing is left to run; closing the port is the last thing.
-      .finally(() => port.close());
+    void (async () => {
+      try {
+        await dispatcher.stop();
+      } finally {
+        await pool.end();
+        // The thread ends once nothing is left to run; closing the port is the last thing.
+        port.close();
+      }
+    })();
   }
 });

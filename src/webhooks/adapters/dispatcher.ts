@@ -37,7 +37,7 @@ const attemptsAtOnce = 256;
 const leasedPerRound = 128;
 /** After the database refused to record outcomes: when to try again (they are kept meanwhile). */
 const recordRetryMs = 1000;
-/** Rounds between sweeps for waiting deliveries left without a due head by a process that died. */
+/** Sweeps for waiting deliveries left without a due head by a process that died: every this many poll intervals. */
 const roundsPerSweep = 20;
 
 type Leased = StoredChange & {
@@ -141,14 +141,17 @@ export class WebhookDispatcher {
           enqueuedAt = seen;
           enqueuedWhen = performance.now();
         }
-        if (performance.now() - sweptWhen >= this.pollMs * roundsPerSweep) {
-          await this.promote(undefined);
-          sweptWhen = performance.now();
-        }
         busy = await this.leaseAndAttempt();
       } catch (error) {
         // The database is away or restarting: the next round tries again; nothing was lost (leases run out).
         this.logger.warn({ err: (error as Error).message }, 'webhook round failed; retrying');
+      }
+      if (performance.now() - sweptWhen >= this.pollMs * roundsPerSweep) {
+        sweptWhen = performance.now();
+        await this.promote(undefined).catch((error: unknown) => {
+          // The next sweep tries again; a waiting delivery only waits longer.
+          this.logger.warn({ err: (error as Error).message }, 'webhook sweep failed; retrying');
+        });
       }
       if (!busy && !signal.aborted && !idle.signal.aborted) {
         await this.progress.waitPast(seen, this.pollMs, idle.signal);

@@ -11,11 +11,17 @@ export type RecordOfWebhook = { webhook_id: string; stream_name: string };
 /**
  * The deliveries due now, oldest first, at most `$1` (of enabled webhooks, not leased). Waiting
  * rows have no `next_attempt_at`: the due index holds heads alone, so this reads what it returns
- * (and the attempts out, still pending under their leases), whatever waits behind them.
+ * (and the attempts out, still pending under their leases), whatever waits behind them. A due row
+ * with an earlier one pending is passed over all the same, at one probe of the record's index: an
+ * instance of an earlier version, still running during an upgrade, makes every row due.
  */
 export const dueDeliveries = `SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhook_deliveries d
   JOIN webhooks w ON w.id = d.webhook_id AND w.enabled
   WHERE d.status = 'pending' AND d.next_attempt_at <= now() AND (d.leased_until IS NULL OR d.leased_until < now())
+    AND NOT EXISTS (
+      SELECT FROM webhook_deliveries e
+      WHERE e.webhook_id = d.webhook_id AND e.stream_name = d.stream_name AND e.status = 'pending'
+        AND (e.commit_position, e.prepare_position) < (d.commit_position, d.prepare_position))
   ORDER BY d.next_attempt_at LIMIT $1`;
 
 const givenRecords = `SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) AS r(webhook_id, stream_name)`;
@@ -26,7 +32,9 @@ const recordsWaiting = `SELECT DISTINCT webhook_id, stream_name FROM webhook_del
  * with no records given, of every record with a waiting delivery (the sweep, on the
  * index of waiting rows). Run after every write that can leave a record's earliest pending
  * delivery waiting: an outcome that ends a head, an enqueueing round or a redelivery that made a
- * delivery wait behind one that may have ended meanwhile. The number made due.
+ * delivery wait behind one that may have ended meanwhile. The rows are locked in key order, as
+ * outcomes and deletions lock deliveries (WebhookStore.remove), so that none of them deadlock.
+ * The number made due.
  */
 export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebhook[] | undefined): Promise<number> {
   const { rowCount } = await pool.query(
@@ -38,9 +46,14 @@ export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebho
            ORDER BY e.commit_position, e.prepare_position LIMIT 1
          ) e
          WHERE e.next_attempt_at IS NULL
+       ), locked AS MATERIALIZED (
+         SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhook_deliveries d JOIN earliest f
+           USING (webhook_id, commit_position, prepare_position)
+         ORDER BY d.webhook_id, d.commit_position, d.prepare_position
+         FOR UPDATE OF d
        )
-       UPDATE webhook_deliveries d SET next_attempt_at = now() FROM earliest f
-       WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (f.webhook_id, f.commit_position, f.prepare_position)
+       UPDATE webhook_deliveries d SET next_attempt_at = now() FROM locked l
+       WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (l.webhook_id, l.commit_position, l.prepare_position)
          AND d.status = 'pending' AND d.next_attempt_at IS NULL`,
       records ? [records.map((record) => record.webhook_id), records.map((record) => record.stream_name)] : [],
     ),
