@@ -2,7 +2,7 @@ import { once } from 'node:events';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Gauge } from 'prom-client';
 import { decodeCursor } from '../changes/cursor.js';
-import type { ChangePage, ChangeQuery } from '../changes/feed.js';
+import type { Change, ChangePage, ChangeQuery } from '../changes/feed.js';
 import { ServiceError } from '../errors.js';
 
 /**
@@ -22,6 +22,17 @@ export type ChangeStreamRequest = {
   query: ChangeQuery;
   listChanges: (query: ChangeQuery, waitMs: number, signal: AbortSignal) => Promise<ChangePage>;
 };
+
+/**
+ * A change's event, written once for every stream it goes to: streams woken together read the same
+ * Change objects (src/changes/adapters/feed.ts).
+ */
+const events = new WeakMap<Change, string>();
+function eventOf(change: Change): string {
+  let event = events.get(change);
+  if (event === undefined) events.set(change, (event = `id: ${change.id}\nevent: ${change.type}\ndata: ${JSON.stringify(change)}\n\n`));
+  return event;
+}
 
 export class ChangeStreams {
   private readonly openPerCaller = new Map<string, number>();
@@ -79,7 +90,7 @@ export class ChangeStreams {
         if (left <= 0) break;
         const page = await stream.listChanges({ ...stream.query, after }, Math.min(this.heartbeatMs, left), signal);
         if (signal.aborted) break;
-        const text = page.items.map((change) => `id: ${change.id}\nevent: ${change.type}\ndata: ${JSON.stringify(change)}\n\n`).join('');
+        const text = page.items.map(eventOf).join('');
         await this.write(raw, text || ': keep-alive\n\n');
         after = decodeCursor(page.next) ?? after;
       }

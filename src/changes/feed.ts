@@ -150,12 +150,19 @@ export type ChangeQuery = {
 
 export type ChangePage = { items: Change[]; next: string; has_more: boolean };
 
-/** A page from the rows read (at most `limit + 1`): `next` continues after the last one shown, or stays at `after`. */
-export function pageOf(rows: readonly StoredChange[], query: Pick<ChangeQuery, 'after' | 'limit'>): ChangePage {
+/**
+ * A page from the rows read (at most `limit + 1`): `next` continues after the last one shown, or
+ * stays at `after`. `present` shows a row (a reader sharing rows among callers shares their Changes too).
+ */
+export function pageOf(
+  rows: readonly StoredChange[],
+  query: Pick<ChangeQuery, 'after' | 'limit'>,
+  present: (row: StoredChange) => Change = changeOf,
+): ChangePage {
   const shown = rows.slice(0, query.limit);
   const last = shown.at(-1);
   return {
-    items: shown.map(changeOf),
+    items: shown.map(present),
     next: encodeCursor(last ? positionOf(last) : query.after),
     has_more: rows.length > query.limit,
   };

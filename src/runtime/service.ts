@@ -10,7 +10,7 @@ import { recordHistory, solutionAsOf, workspaceAsOf } from '../audit/history.js'
 import { recordDiff, recordProvenance } from '../audit/provenance-reads.js';
 import { createChangeFeed } from '../changes/adapters/feed.js';
 import { DeliveryThread } from '../webhooks/adapters/delivery-thread.js';
-import { oldestPendingSeconds } from '../webhooks/adapters/queue.js';
+import { anyWebhookEnabled, oldestPendingSeconds } from '../webhooks/adapters/queue.js';
 import { WebhookStore } from '../webhooks/adapters/store.js';
 import { targetProblem } from '../webhooks/adapters/targets.js';
 import type { Config } from '../config.js';
@@ -182,14 +182,27 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     const webhookStore = new WebhookStore(pool, () => `wh_${nanoid()}`);
     const webhooks: Webhooks = Object.assign(
       Object.fromEntries(
-        (['create', 'get', 'list', 'update', 'remove', 'rotate', 'deliveries', 'redeliver'] as const).map((name) => [
+        (['get', 'list', 'remove', 'rotate', 'deliveries', 'redeliver'] as const).map((name) => [
           name,
           webhookStore[name].bind(webhookStore),
         ]),
-      ) as Omit<Webhooks, 'targetProblem'>,
-      { targetProblem: (url: string) => targetProblem(url, config.webhooks.allowPrivateTargets) },
+      ) as Omit<Webhooks, 'targetProblem' | 'create' | 'update'>,
+      {
+        targetProblem: (url: string) => targetProblem(url, config.webhooks.allowPrivateTargets),
+        create: async (fields: Parameters<Webhooks['create']>[0]) => {
+          const created = await webhookStore.create(fields);
+          dispatcher.webhookEnabled();
+          return created;
+        },
+        update: async (...args: Parameters<Webhooks['update']>) => {
+          const updated = await webhookStore.update(...args);
+          if (updated?.enabled) dispatcher.webhookEnabled();
+          return updated;
+        },
+      },
     );
     const dispatcher = new DeliveryThread({
+      anyWebhook: () => anyWebhookEnabled(pool),
       databaseUrl,
       settings: config.webhooks,
       nice: config.webhooks.deliveryNice,

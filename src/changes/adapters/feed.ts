@@ -1,6 +1,6 @@
 import type { GlobalPosition } from '../../eventstore/port.js';
 import type { Pool } from '../../infra/postgres.js';
-import { pageOf, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
+import { changeOf, pageOf, type Change, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
 import { readChanges } from './table.js';
 
 /** How far the projection has got, and a wait for it to move (src/projections/progress.ts). */
@@ -16,11 +16,19 @@ export type FeedProgress = {
  * read, so a batch committed between the read and the wait still ends the wait.
  *
  * Identical reads under way at the same position share one: the open streams of an organization,
- * all woken by the same batch at the same cursor, cost one statement rather than one each. Only
- * reads begun at the same position are shared, so each still sees every batch its waiter saw.
+ * all woken by the same batch at the same cursor, cost one statement rather than one each, and
+ * get the same Change objects (never changed after: each is shown as it is). Only reads begun at
+ * the same position are shared, so each still sees every batch its waiter saw.
  */
 export function createChangeFeed(pool: Pool, progress: FeedProgress) {
   const reading = new Map<string, Promise<StoredChange[]>>();
+  // A row read once for several callers is shown once: the streams woken together share their Changes.
+  const shown = new WeakMap<StoredChange, Change>();
+  const present = (row: StoredChange): Change => {
+    let change = shown.get(row);
+    if (!change) shown.set(row, (change = changeOf(row)));
+    return change;
+  };
   const read = (query: ChangeQuery, seen: GlobalPosition): Promise<StoredChange[]> => {
     const key = JSON.stringify([seen, query.after, query.organizations, query.workspaceId ?? null, query.types, query.limit], (_, value) =>
       typeof value === 'bigint' ? value.toString() : (value as unknown),
@@ -38,7 +46,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
       const seen = progress.current;
       const rows = await read(query, seen);
       const remaining = deadline - performance.now();
-      if (rows.length > 0 || remaining <= 0 || signal?.aborted) return pageOf(rows, query);
+      if (rows.length > 0 || remaining <= 0 || signal?.aborted) return pageOf(rows, query, present);
       await progress.waitPast(seen, remaining, signal);
     }
   };

@@ -1,6 +1,6 @@
-import { generateKeyPairSync } from 'node:crypto';
+import { generateKeyPairSync, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { link, mkdir, readFile, unlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { signingKeyFromPem, type SigningKey } from '../checkpoints.js';
 
@@ -18,12 +18,18 @@ export async function loadSigningKey(configured: string | undefined, dataDir: st
   if (!existsSync(file)) {
     await mkdir(path.dirname(file), { recursive: true });
     const { privateKey } = generateKeyPairSync('ed25519');
-    // 'wx': of two instances starting at once on one directory, the second reads the first's key.
-    await writeFile(file, privateKey.export({ format: 'pem', type: 'pkcs8' }), { mode: 0o600, flag: 'wx' }).catch(
-      (error: NodeJS.ErrnoException) => {
+    // Written whole under a name of its own, then linked into place: of two instances starting at
+    // once on one directory, the second reads the first's key, never a file still being written
+    // (as it could when the first created the file and then wrote it).
+    const written = `${file}.${process.pid}.${randomUUID()}`;
+    await writeFile(written, privateKey.export({ format: 'pem', type: 'pkcs8' }), { mode: 0o600 });
+    try {
+      await link(written, file).catch((error: NodeJS.ErrnoException) => {
         if (error.code !== 'EEXIST') throw error;
-      },
-    );
+      });
+    } finally {
+      await unlink(written);
+    }
   }
   return signingKeyFromPem(await readFile(file, 'utf8'));
 }

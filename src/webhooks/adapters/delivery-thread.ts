@@ -24,8 +24,13 @@ export type DeliveryThreadOptions = Omit<DeliveryThreadData, 'position' | 'pollM
   progress: FeedProgress;
   observer: DispatcherObserver;
   logger: Logger;
+  /** Whether any webhook is enabled: until one is, no thread is started. */
+  anyWebhook: () => Promise<boolean>;
   pollMs?: number;
 };
+
+/** Until a webhook exists, how often the service looks for one made by another instance. */
+const lookForWebhooksMs = 5000;
 
 /**
  * After the thread died (it should not: its rounds catch their own errors), it is started again
@@ -51,19 +56,48 @@ export class DeliveryThread {
   private readonly forwarding = new AbortController();
   private exited: Promise<void> = Promise.resolve();
   private restartMs = firstRestartMs;
+  private looking: Promise<void> | undefined;
+  private lookNow: () => void = () => undefined;
 
   constructor(private readonly options: DeliveryThreadOptions) {}
 
+  /**
+   * Starts the thread once a webhook is enabled: at once if one is, else when {@link webhookEnabled}
+   * says so (this instance made or enabled one) or a periodic look finds one (another instance
+   * did). A service with no webhooks spends neither the thread's start (a second of CPU) nor its
+   * connections.
+   */
   start(): void {
-    if (this.worker || this.stopping) return;
-    this.spawn();
-    void this.forwardProgress();
+    if (this.looking || this.stopping) return;
+    this.looking = (async () => {
+      while (!this.stopping) {
+        try {
+          if (await this.options.anyWebhook()) break;
+        } catch (error) {
+          this.options.logger.warn({ err: (error as Error).message }, 'could not look for webhooks; looking again');
+        }
+        await new Promise<void>((resolve) => {
+          this.lookNow = resolve;
+          setTimeout(resolve, lookForWebhooksMs).unref();
+        });
+      }
+      if (this.stopping) return;
+      this.spawn();
+      void this.forwardProgress();
+    })();
+  }
+
+  /** A webhook was created or enabled here: the thread starts now if it had not. */
+  webhookEnabled(): void {
+    this.lookNow();
   }
 
   /** Lets the thread's attempts out finish and be recorded, as the dispatcher's stop does, then ends it. */
   async stop(): Promise<void> {
     this.stopping = true;
     this.forwarding.abort();
+    this.lookNow();
+    await this.looking;
     const worker = this.worker;
     if (!worker) return;
     worker.postMessage({ type: 'stop' } satisfies ToDeliveryThread);

@@ -68,3 +68,9 @@ export async function oldestPendingSeconds(pool: Pool): Promise<number> {
   );
   return rows[0]?.seconds ?? 0;
 }
+
+/** Whether any webhook is enabled (the delivery thread waits for one before it starts). */
+export async function anyWebhookEnabled(pool: Pool): Promise<boolean> {
+  const { rows } = await pool.query<{ any: boolean }>('SELECT EXISTS (SELECT FROM webhooks WHERE enabled) AS any');
+  return rows[0]!.any;
+}

@@ -16,7 +16,7 @@ describe('long polls at one cursor', () => {
   });
   afterAll(() => stack?.close());
 
-  it('read the changes once per position, and each gets every change', async () => {
+  it('read the changes once per position, and each gets every change, shown once for them all', async () => {
     let statements = 0;
     // The service's pool, counting the statements the feed sends through it.
     const counted = new Proxy(stack.pool, {
@@ -40,5 +40,7 @@ describe('long polls at one cursor', () => {
     expect(pages.map((page) => page.items.map((change) => change.type))).toEqual(Array(10).fill(['WorkspaceCreated']));
     // One read before the append and one after it; a poll of the checkpoint in between may add one.
     expect(statements).toBeLessThanOrEqual(3);
+    // And the same Change, shown once for them all (each stream then writes the same event text).
+    expect(new Set(pages.map((page) => page.items[0]))).toHaveProperty('size', 1);
   });
 });
