@@ -220,7 +220,7 @@ export class WebhookDispatcher {
     if (room <= 0) return false;
     const leaseMs = this.settings.timeoutMs + 30_000;
     const { rows } = await this.pool.query<Leased>(
-      `WITH due AS (${dueDeliveries} FOR UPDATE OF d SKIP LOCKED), leased AS (
+      `WITH due AS (${dueDeliveries}), leased AS (
          UPDATE webhook_deliveries d SET attempts = d.attempts + 1, last_attempt_at = now(), lease = $2::uuid,
            leased_until = now() + make_interval(secs => $3::float8 / 1000)
          FROM due WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (due.webhook_id, due.commit_position, due.prepare_position)

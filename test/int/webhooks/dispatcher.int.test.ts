@@ -16,7 +16,9 @@ import { createTestDatabase } from '../../support/database.js';
 import { readDelivery, type ReceivedDelivery } from '../../support/webhook-receiver.js';
 
 /** The dispatcher on a real PostgreSQL with a real receiver on loopback: shared work, connection-time checks, disabling. */
-type PlanNode = { 'Actual Rows': number; 'Actual Loops': number; Plans?: PlanNode[] };
+type PlanNode = { 'Actual Rows': number; 'Actual Loops': number; Alias?: string; Plans?: PlanNode[] };
+/** The nodes of a plan, depth first. */
+const nodesOf = (node: PlanNode): PlanNode[] => [node, ...(node.Plans ?? []).flatMap(nodesOf)];
 const parsed = (delivery: ReceivedDelivery) => JSON.parse(delivery.body) as { type: string; data: { version: number } };
 /** The most rows any node of a plan read, over all its loops. */
 const rowsRead = (node: PlanNode): number => Math.max(node['Actual Rows'] * node['Actual Loops'], ...(node.Plans ?? []).map(rowsRead));
@@ -182,6 +184,34 @@ describe('webhook delivery', () => {
     const versions = received.map((r) => parsed(r).data.version);
     expect(versions).toEqual([1, ...Array.from({ length: 50 }, (_, i) => i + 1)]);
     await store().remove(chain.id, ['org_chain']);
+  });
+
+  it('probes for an earlier pending change only the due deliveries it takes, not the whole backlog of due ones', async () => {
+    const hook = await recordsHook('org_backlog');
+    // 2,000 records' creations, due and never attempted: a dispatcher that fell behind.
+    for (let batch = 0; batch < 20; batch++) await project('org_backlog', 100);
+    await pool.query(
+      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
+         next_attempt_at)
+       SELECT $1, commit_position, prepare_position, organization_id, stream_name, type, 'pending', now() - interval '1 minute'
+       FROM changes WHERE organization_id = 'org_backlog'`,
+      [hook.id],
+    );
+    // The plan PostgreSQL takes while its statistics say the table is small: every due row found through a bitmap, then sorted.
+    const client = await pool.connect();
+    await client.query('BEGIN');
+    await client.query('SET LOCAL enable_indexscan = off');
+    const { rows } = await client.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
+      `EXPLAIN (ANALYZE, FORMAT JSON) ${dueDeliveries}`,
+      [10],
+    );
+    await client.query('ROLLBACK');
+    client.release();
+    const probes = nodesOf(rows[0]!['QUERY PLAN'][0]!.Plan).filter((node) => node.Alias === 'earlier');
+    expect(probes.length).toBeGreaterThan(0);
+    // Probed before the limit, as in the build before this one, each of the 2,000 was.
+    expect(Math.max(...probes.map((node) => node['Actual Loops']))).toBeLessThanOrEqual(10);
+    await store().remove(hook.id, ['org_backlog']);
   });
 
   it('makes due, by its sweep, a delivery left waiting behind one that ended without promoting it (a process died between)', async () => {
