@@ -179,27 +179,19 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       listChanges: createChangeFeed(pool, progress),
     };
 
-    const webhookStore = new WebhookStore(pool, () => `wh_${nanoid()}`);
+    const webhookStore = new WebhookStore(
+      pool,
+      () => `wh_${nanoid()}`,
+      () => dispatcher.webhookEnabled(),
+    );
     const webhooks: Webhooks = Object.assign(
       Object.fromEntries(
-        (['get', 'list', 'remove', 'rotate', 'deliveries', 'redeliver'] as const).map((name) => [
+        (['create', 'get', 'list', 'update', 'remove', 'rotate', 'deliveries', 'redeliver'] as const).map((name) => [
           name,
           webhookStore[name].bind(webhookStore),
         ]),
-      ) as Omit<Webhooks, 'targetProblem' | 'create' | 'update'>,
-      {
-        targetProblem: (url: string) => targetProblem(url, config.webhooks.allowPrivateTargets),
-        create: async (fields: Parameters<Webhooks['create']>[0]) => {
-          const created = await webhookStore.create(fields);
-          dispatcher.webhookEnabled();
-          return created;
-        },
-        update: async (...args: Parameters<Webhooks['update']>) => {
-          const updated = await webhookStore.update(...args);
-          if (updated?.enabled) dispatcher.webhookEnabled();
-          return updated;
-        },
-      },
+      ) as Omit<Webhooks, 'targetProblem'>,
+      { targetProblem: (url: string) => targetProblem(url, config.webhooks.allowPrivateTargets) },
     );
     const dispatcher = new DeliveryThread({
       anyWebhook: () => anyWebhookEnabled(pool),

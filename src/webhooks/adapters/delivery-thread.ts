@@ -52,8 +52,8 @@ const stopGraceMs = 5000;
  */
 export class DeliveryThread {
   private worker: Worker | undefined;
-  private stopping = false;
-  private readonly forwarding = new AbortController();
+  /** Aborted by stop(): nothing starts after it, and the progress stops being forwarded. */
+  private readonly stopped = new AbortController();
   private exited: Promise<void> = Promise.resolve();
   private restartMs = firstRestartMs;
   private looking: Promise<void> | undefined;
@@ -68,9 +68,9 @@ export class DeliveryThread {
    * connections.
    */
   start(): void {
-    if (this.looking || this.stopping) return;
+    if (this.looking || this.stopped.signal.aborted) return;
     this.looking = (async () => {
-      while (!this.stopping) {
+      while (!this.stopped.signal.aborted) {
         try {
           if (await this.options.anyWebhook()) break;
         } catch (error) {
@@ -81,7 +81,7 @@ export class DeliveryThread {
           setTimeout(resolve, lookForWebhooksMs).unref();
         });
       }
-      if (this.stopping) return;
+      if (this.stopped.signal.aborted) return;
       this.spawn();
       void this.forwardProgress();
     })();
@@ -94,8 +94,7 @@ export class DeliveryThread {
 
   /** Lets the thread's attempts out finish and be recorded, as the dispatcher's stop does, then ends it. */
   async stop(): Promise<void> {
-    this.stopping = true;
-    this.forwarding.abort();
+    this.stopped.abort();
     this.lookNow();
     await this.looking;
     const worker = this.worker;
@@ -124,11 +123,11 @@ export class DeliveryThread {
     this.exited = new Promise((resolve) =>
       worker.once('exit', (code) => {
         resolve();
-        if (this.stopping) return;
+        if (this.stopped.signal.aborted) return;
         this.restartMs = performance.now() - started >= healthyRunMs ? firstRestartMs : this.restartMs;
         this.options.logger.error({ code }, `webhook delivery thread ended; starting it again in ${this.restartMs} ms`);
         setTimeout(() => {
-          if (!this.stopping) this.spawn();
+          if (!this.stopped.signal.aborted) this.spawn();
         }, this.restartMs).unref();
         this.restartMs = Math.min(this.restartMs * 2, longestRestartMs);
       }),
@@ -156,7 +155,7 @@ export class DeliveryThread {
   /** Tells the thread each time the projection moves (it waits for that between rounds, as the feed's readers do). */
   private async forwardProgress(): Promise<void> {
     const { progress } = this.options;
-    const { signal } = this.forwarding;
+    const { signal } = this.stopped;
     let told = progress.current;
     while (!signal.aborted) {
       await progress.waitPast(told, 1000, signal);

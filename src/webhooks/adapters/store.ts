@@ -21,6 +21,8 @@ export class WebhookStore {
   constructor(
     private readonly pool: Pool,
     private readonly newId: () => string,
+    /** Told after a webhook was created or saved enabled (the delivery thread starts with the first). */
+    private readonly onEnabled: () => void = () => undefined,
   ) {}
 
   /**
@@ -37,6 +39,7 @@ export class WebhookStore {
        RETURNING ${webhookColumns}`,
       [this.newId(), fields.organization_id, fields.url, fields.types, fields.description, secret],
     );
+    this.onEnabled();
     return { ...present(rows[0]!), secret };
   }
 
@@ -81,6 +84,7 @@ export class WebhookStore {
        RETURNING ${webhookColumns}`,
       [id, organizations, changes.url ?? null, changes.types ?? null, changes.description ?? null, changes.enabled ?? null],
     );
+    if (rows[0]?.enabled) this.onEnabled();
     return rows[0] && present(rows[0]);
   }
 

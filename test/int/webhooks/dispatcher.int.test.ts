@@ -161,6 +161,13 @@ describe('webhook delivery', () => {
     await until(async () => received.length === 1 && (await pending()) === 2000);
     await dispatcher.stop();
     expect(received.map((r) => parsed(r).type)).toEqual(['WorkspaceCreated']);
+    // In the delivery log (contract §15), the head shows its retry's time; those waiting behind it, none.
+    const log = (await store().deliveries(hook.id, ['org_queue'], { page: 1, size: 3 }, 'pending'))!;
+    expect(log.items.map((delivery) => [delivery.type, delivery.next_attempt_at === null])).toEqual([
+      ['WorkspaceCreated', false],
+      ['WorkspaceUpdated', true],
+      ['WorkspaceUpdated', true],
+    ]);
 
     const { rows } = await pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
       `EXPLAIN (ANALYZE, FORMAT JSON) ${dueDeliveries}`,
