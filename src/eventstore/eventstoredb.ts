@@ -58,6 +58,12 @@ const readPosition = (position: GlobalPosition): ReadPosition =>
 const noPosition = 2n ** 64n - 1n;
 /** About one log record of a small event (metadata included), until pages read tell better. */
 const typicalBytesPerEvent = 400;
+/**
+ * Pages of `$all` at least this long teach the log's bytes per event. A shorter one (a readiness
+ * probe reads one event at a time, many times a second) measures one or two records, and while
+ * catching up the estimate would jump with each to whatever that record's size says.
+ */
+const pageThatTeachesDensity = 32;
 const toGlobal = (position: Position | undefined): GlobalPosition | undefined =>
   position && position.commit !== noPosition ? { commit: position.commit, prepare: position.prepare } : undefined;
 
@@ -118,8 +124,8 @@ export class EventStoreDBEventStore implements EventStore {
   /** Where the last `$all` scan ended without finding anything of ours after `after`. */
   private scanned: { after: GlobalPosition; to: GlobalPosition } | undefined;
   /**
-   * The log's bytes per event, learnt from the pages of `$all` read (positions are byte offsets in
-   * the log): what estimateEventsBetween divides by. Before any page, a record of a small event.
+   * The log's bytes per event, learnt from the long pages of `$all` read (positions are byte offsets
+   * in the log): what estimateEventsBetween divides by. Before any such page, a record of a small event.
    */
   private bytesPerEvent = typicalBytesPerEvent;
   /** While set and in the future, waitForEvents polls instead of subscribing (back-off after a failed subscription). */
@@ -192,7 +198,7 @@ export class EventStoreDBEventStore implements EventStore {
       }
       const lastSeen = page[page.length - 1]?.event?.position;
       const firstSeen = page[0]?.event?.position;
-      if (firstSeen && lastSeen && page.length > 1) {
+      if (firstSeen && lastSeen && page.length >= pageThatTeachesDensity) {
         this.bytesPerEvent = Math.max(1, Number(lastSeen.commit - firstSeen.commit) / (page.length - 1));
       }
       if (page.length < pageSize || !lastSeen) {

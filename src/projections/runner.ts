@@ -211,8 +211,10 @@ export class ProjectionRunner {
         nextPage = undefined;
         const { events, end: last, unreadable, read } = await (prefetched?.page ?? readPage(store, checkpoint, size));
         if (!oneByOneUntil) pageSize = nextPageSize(size, read, sizes);
-        if (read < size || oneByOneUntil) endCatchUp();
-        else if (size > sizes.min) catchUp ??= await this.startCatchUp();
+        // A short page ends the catch-up, but only once applied: its rows may be being read on the
+        // catch-up's connection already (folded while the page before it was written).
+        const catchUpEnds = read < size || oneByOneUntil !== undefined;
+        if (!catchUpEnds && size > sizes.min) catchUp ??= await this.startCatchUp();
         if (read < size && cascadesPending) {
           cascadesPending = false;
           this.options.onCascadesPending?.();
@@ -223,6 +225,7 @@ export class ProjectionRunner {
           page.catch(() => undefined);
           nextPage = { after: last, size: pageSize, page };
         }
+        if (catchUpEnds && !last) endCatchUp();
         if (!last && !unreadable) {
           await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
           idlePollMs = Math.min(idlePollMs * 2, maxIdlePollMs);
@@ -256,6 +259,10 @@ export class ProjectionRunner {
             if (!failedOnItsEvents(error) || events.length === 0) throw error;
             if (events.length > 1) {
               // Which event it was: the same events again, one at a time.
+              this.options.logger.warn(
+                { err: (error as Error).message, events: events.length },
+                'batch failed; applying its events one at a time to find the one that fails',
+              );
               oneByOneUntil = last;
               continue;
             }
@@ -263,6 +270,7 @@ export class ProjectionRunner {
             if (!stoppedAt) checkpoint = last;
             continue;
           }
+          if (catchUpEnds) endCatchUp();
           this.options.onBatchApplied?.(events.length, (performance.now() - started) / 1000);
           checkpoint = last;
           this.failures = 0; // back-off grows while batches keep failing, and only then

@@ -208,6 +208,16 @@ export function eventStoreContract(open: () => Promise<StoreUnderTest>): void {
     const estimate = store().estimateEventsBetween(after, last);
     expect(estimate).toBeGreaterThanOrEqual(20);
     expect(estimate).toBeLessThanOrEqual(80);
+
+    // Reads of one event at a time (a readiness probe's) say nothing about the log as a whole,
+    // however large the event they step over: the estimate stays what the long read taught.
+    const large = await store().append(name, 40n, [newEvent('WorkspaceUpdated', { note: 'x'.repeat(64 * 1024) })]);
+    await store().append(name, 41n, [newEvent('WorkspaceUpdated')]);
+    await readAllOf(store(), large.position, new Set([name]), { expected: 1 });
+    for (let probe = 0; probe < 5; probe++) expect(await store().readAll(large.position, 1)).toHaveLength(1);
+    const afterProbes = store().estimateEventsBetween(after, last);
+    expect(afterProbes).toBeGreaterThanOrEqual(20);
+    expect(afterProbes).toBeLessThanOrEqual(80);
   });
 
   it('reads all events after a stored position in global order, positions strictly increasing', async () => {

@@ -93,6 +93,50 @@ describe('the live projector catching up with rows kept between batches', () => 
   });
 });
 
+describe('the live projector reaching the end of a backlog', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.close());
+
+  it('applies the short page at the log end in one batch, not event by event', async () => {
+    const random = seededRandom(13);
+    const writers = ['a', 'b'].map((name, index) => new RecordWriter(name, `org_${index}`, random));
+    const end = await appendHistory(stack, writers, 805, random);
+    // The short page arrives after the last full one is written, as from a store busy serving it:
+    // its rows are then read on the catch-up's connection while the projector learns that it is
+    // caught up, which ended that connection under the read. The batch failed, and its events were
+    // applied again one at a time.
+    const slowAtTheEnd = new Proxy(stack.store, {
+      get(store, property) {
+        const value = Reflect.get(store, property, store) as unknown;
+        if (property !== 'readAll' || typeof value !== 'function') return typeof value === 'function' ? value.bind(store) : value;
+        return async (after: GlobalPosition, limit: number) => {
+          const events = await store.readAll(after, limit);
+          if (events.length > 0 && events.length < limit) await new Promise((resolve) => setTimeout(resolve, 300));
+          return events;
+        };
+      },
+    });
+    const batches: number[] = [];
+    const runner = stack.runner({
+      store: slowAtTheEnd,
+      batchSize: 10,
+      maxBatchSize: 40,
+      cachedRows: 40,
+      onBatchApplied: (events) => batches.push(events),
+    });
+    runner.start();
+    await caughtUp(stack, end);
+    await runner.stop();
+    expect(await stack.differences()).toEqual([]);
+    const lastFull = batches.lastIndexOf(40);
+    expect(lastFull).toBeGreaterThan(0);
+    expect(batches.slice(lastFull + 1), `batches: ${batches.join(' ')}`).toHaveLength(1);
+  });
+});
+
 describe('the live projector far behind', () => {
   let stack: Stack;
   beforeAll(async () => {
