@@ -13,6 +13,7 @@ import { webhooks } from './0012-webhooks.js';
 import { recordCommands } from './0013-record-commands.js';
 import { appendsMarked } from './0014-appends-marked.js';
 import { webhookHeads } from './0015-webhook-heads.js';
+import { disabledWebhooksParked } from './0016-disabled-webhooks-parked.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -34,4 +35,5 @@ export const migrations: readonly Migration[] = [
   recordCommands,
   appendsMarked,
   webhookHeads,
+  disabledWebhooksParked,
 ];

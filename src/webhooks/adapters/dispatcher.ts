@@ -8,7 +8,7 @@ import type { Pool } from '../../infra/postgres.js';
 import { outcomeOf, retryDelay, type AttemptOutcome } from '../schedule.js';
 import { signedHeaders } from '../signature.js';
 import { deliveryBody, signingSecrets } from '../webhook.js';
-import { dueDeliveries, promoteWaiting, type RecordOfWebhook } from './queue.js';
+import { dueDeliveries, parkDisabled, promoteWaiting, type RecordOfWebhook } from './queue.js';
 import { deliveryAgent, literalTargetProblem } from './targets.js';
 
 export type DispatcherSettings = {
@@ -80,6 +80,9 @@ type Outcome = {
  *   wait: of the two statements, whichever runs second sees both writes (each takes its snapshot
  *   after the other's write, or after its own, committed), so no record is left without a due
  *   head. A sweep now and then covers a process that died between a write and its promotion.
+ * - Disabled webhooks: the sweep parks their pending deliveries (no `next_attempt_at`), so that
+ *   leases never read them, and promotion passes them over; enabled again, the next sweep makes
+ *   each record's earliest one due.
  * - Attempts: due deliveries are leased FOR UPDATE SKIP LOCKED, counting the attempt and holding
  *   it `timeout + 30 s` under a fresh lease id. Leasing goes on while attempts are out, up to {@link attemptsAtOnce}, so
  *   a slow receiver holds back only its own record's next changes. The outcomes that finish
@@ -148,10 +151,12 @@ export class WebhookDispatcher {
       }
       if (performance.now() - sweptWhen >= this.pollMs * roundsPerSweep) {
         sweptWhen = performance.now();
-        await this.promote(undefined).catch((error: unknown) => {
-          // The next sweep tries again; a waiting delivery only waits longer.
-          this.logger.warn({ err: (error as Error).message }, 'webhook sweep failed; retrying');
-        });
+        await parkDisabled(this.pool)
+          .then(() => this.promote(undefined))
+          .catch((error: unknown) => {
+            // The next sweep tries again; a waiting delivery only waits longer.
+            this.logger.warn({ err: (error as Error).message }, 'webhook sweep failed; retrying');
+          });
       }
       if (!busy && !signal.aborted && !idle.signal.aborted) {
         await this.progress.waitPast(seen, this.pollMs, idle.signal);

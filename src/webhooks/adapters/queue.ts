@@ -29,8 +29,13 @@ export const dueDeliveries = `SELECT due.webhook_id, due.commit_position, due.pr
     WHERE earlier.webhook_id = due.webhook_id AND earlier.stream_name = due.stream_name AND earlier.status = 'pending'
       AND (earlier.commit_position, earlier.prepare_position) < (due.commit_position, due.prepare_position))`;
 
-const givenRecords = `SELECT DISTINCT * FROM unnest($1::text[], $2::text[]) AS r(webhook_id, stream_name)`;
-const recordsWaiting = `SELECT DISTINCT webhook_id, stream_name FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at IS NULL`;
+// Of enabled webhooks only: a disabled webhook's deliveries stay parked (parkDisabled).
+const givenRecords = `SELECT DISTINCT r.webhook_id, r.stream_name FROM unnest($1::text[], $2::text[]) AS r(webhook_id, stream_name)
+  JOIN webhooks w ON w.id = r.webhook_id AND w.enabled`;
+// Webhook by webhook, on the index of waiting rows: a disabled webhook's parked rows are not read.
+const recordsWaiting = `SELECT DISTINCT w.id AS webhook_id, d.stream_name FROM webhooks w
+  JOIN webhook_deliveries d ON d.webhook_id = w.id AND d.status = 'pending' AND d.next_attempt_at IS NULL
+  WHERE w.enabled`;
 
 /**
  * Makes due the earliest pending delivery of each record given where it waits;
@@ -61,6 +66,31 @@ export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebho
        WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (l.webhook_id, l.commit_position, l.prepare_position)
          AND d.status = 'pending' AND d.next_attempt_at IS NULL`,
       records ? [records.map((record) => record.webhook_id), records.map((record) => record.stream_name)] : [],
+    ),
+  );
+  return rowCount ?? 0;
+}
+
+/**
+ * Parks the pending deliveries of disabled webhooks (src/infra/migrations/0016-disabled-webhooks-parked.ts):
+ * they lose their `next_attempt_at`, so that leases, which read the due index oldest first, never
+ * read them again. Enabled again, the webhook's records get their earliest pending delivery made
+ * due by promoteWaiting's sweep, at once. Rows leased (an attempt out) or locked are left to the
+ * next sweep, and are locked in key order, as outcomes and deletions lock them. The number parked.
+ */
+export async function parkDisabled(pool: Pool): Promise<number> {
+  const { rowCount } = await pool.query(
+    named(
+      `WITH locked AS MATERIALIZED (
+         SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhooks w
+         JOIN webhook_deliveries d ON d.webhook_id = w.id AND d.status = 'pending' AND d.next_attempt_at IS NOT NULL
+         WHERE NOT w.enabled AND (d.leased_until IS NULL OR d.leased_until < now())
+         ORDER BY d.webhook_id, d.commit_position, d.prepare_position
+         FOR UPDATE OF d SKIP LOCKED
+       )
+       UPDATE webhook_deliveries d SET next_attempt_at = NULL FROM locked l
+       WHERE (d.webhook_id, d.commit_position, d.prepare_position) = (l.webhook_id, l.commit_position, l.prepare_position)`,
+      [],
     ),
   );
   return rowCount ?? 0;

@@ -221,6 +221,51 @@ describe('webhook delivery', () => {
     await store().remove(hook.id, ['org_backlog']);
   });
 
+  it("leaves a disabled webhook's deliveries out of every lease, and sends them once it is enabled again", async () => {
+    received.length = 0;
+    answer = 200;
+    const hook = await recordsHook('org_disabled');
+    // 2,000 records' changes due, as a webhook disabled after days of failures leaves them.
+    for (let batch = 0; batch < 20; batch++) await project('org_disabled', 100);
+    await pool.query(
+      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
+         attempts, next_attempt_at)
+       SELECT $1, commit_position, prepare_position, organization_id, stream_name, type, 'pending', 5, now() - interval '1 minute'
+       FROM changes WHERE organization_id = 'org_disabled'`,
+      [hook.id],
+    );
+    await pool.query(`UPDATE webhooks SET enqueued_commit = $2 WHERE id = $1`, [hook.id, commit.toString()]);
+    await store().update(hook.id, ['org_disabled'], { enabled: false });
+    const dispatcher = new WebhookDispatcher(pool, idle, settings(), logger, {}, 20);
+    dispatcher.start();
+    const scheduled = async () =>
+      Number(
+        (
+          await pool.query<{ n: string }>(
+            `SELECT count(*)::text AS n FROM webhook_deliveries WHERE webhook_id = $1 AND next_attempt_at IS NOT NULL`,
+            [hook.id],
+          )
+        ).rows[0]!.n,
+      );
+    await until(async () => (await scheduled()) === 0);
+    const { rows } = await pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
+      `EXPLAIN (ANALYZE, FORMAT JSON) ${dueDeliveries}`,
+      [128],
+    );
+    // Left due, each of the 2,000 was read by every lease and dropped for its webhook.
+    expect(rowsRead(rows[0]!['QUERY PLAN'][0]!.Plan)).toBeLessThanOrEqual(2);
+    expect(received).toEqual([]);
+    // In the delivery log (contract §15): pending, with no attempt planned while disabled.
+    const log = (await store().deliveries(hook.id, ['org_disabled'], { page: 1, size: 1 }, 'pending'))!;
+    expect(log.items[0]).toMatchObject({ status: 'pending', attempts: 5, next_attempt_at: null });
+
+    await store().update(hook.id, ['org_disabled'], { enabled: true });
+    await until(() => received.length === 2000, 30_000);
+    await dispatcher.stop();
+    expect(new Set(received.map((delivery) => delivery.id)).size).toBe(2000);
+    await store().remove(hook.id, ['org_disabled']);
+  });
+
   it('makes due, by its sweep, a delivery left waiting behind one that ended without promoting it (a process died between)', async () => {
     received.length = 0;
     const hook = await recordsHook('org_swept');
