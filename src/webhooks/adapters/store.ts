@@ -152,7 +152,9 @@ export class WebhookStore {
   /**
    * Delivers a change of the webhook's organization again, now, with a fresh schedule (the
    * change need not have been delivered before); after an earlier change of its record still
-   * pending, if any, as a first delivery would be. Undefined when the webhook or the change is not there.
+   * pending, if any, as a first delivery would be, and once the webhook is enabled again if it is
+   * disabled (parked, as the dispatcher parks its other deliveries). Undefined when the webhook or
+   * the change is not there.
    */
   async redeliver(id: string, organizations: readonly string[], changeId: string): Promise<Delivery | undefined> {
     const position = decodeCursor(changeId);
@@ -160,7 +162,7 @@ export class WebhookStore {
     const { rows } = await this.pool.query<DeliveryRow & { stream_name: string }>(
       `WITH change AS (
          SELECT w.id AS webhook_id, c.commit_position, c.prepare_position, c.organization_id, c.stream_name, c.type,
-           CASE WHEN EXISTS (
+           CASE WHEN NOT w.enabled OR EXISTS (
              SELECT FROM webhook_deliveries e WHERE e.webhook_id = w.id AND e.stream_name = c.stream_name AND e.status = 'pending'
                AND (e.commit_position, e.prepare_position) < (c.commit_position, c.prepare_position)
            ) THEN NULL ELSE now() END AS next_attempt_at

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeCursor } from '../../../src/changes/cursor.js';
 import { changeEntriesOf, type FeedEvent } from '../../../src/changes/feed.js';
 import type { Envelope } from '../../../src/domain/events.js';
 import { startOfLog } from '../../../src/eventstore/port.js';
@@ -258,12 +259,53 @@ describe('webhook delivery', () => {
     // In the delivery log (contract §15): pending, with no attempt planned while disabled.
     const log = (await store().deliveries(hook.id, ['org_disabled'], { page: 1, size: 1 }, 'pending'))!;
     expect(log.items[0]).toMatchObject({ status: 'pending', attempts: 5, next_attempt_at: null });
+    // A redelivery asked for meanwhile waits for it too.
+    const { rows: changes } = await pool.query<{ commit_position: string }>(
+      `SELECT commit_position::text FROM changes WHERE organization_id = 'org_disabled' ORDER BY commit_position LIMIT 1`,
+    );
+    const redelivered = await store().redeliver(
+      hook.id,
+      ['org_disabled'],
+      encodeCursor({ commit: BigInt(changes[0]!.commit_position), prepare: 0n }),
+    );
+    expect(redelivered).toMatchObject({ status: 'pending', attempts: 0, next_attempt_at: null });
+    expect(await scheduled()).toBe(0);
 
     await store().update(hook.id, ['org_disabled'], { enabled: true });
     await until(() => received.length === 2000, 30_000);
     await dispatcher.stop();
     expect(new Set(received.map((delivery) => delivery.id)).size).toBe(2000);
     await store().remove(hook.id, ['org_disabled']);
+  });
+
+  it("redelivers a change after its record's earlier change still pending, as a first delivery would be", async () => {
+    received.length = 0;
+    answer = 500;
+    const hook = await recordsHook('org_redelivered');
+    const dispatcher = new WebhookDispatcher(pool, idle, settings({ retrySchedule: [600_000] }), logger, {}, 20);
+    dispatcher.start();
+    await projectRecord('org_redelivered', 'ws_redelivered', 1, 2);
+    // The creation fails and is retried in ten minutes; the update waits behind it.
+    await until(() => received.length === 1);
+    const { rows } = await pool.query<{ version: number; commit_position: string }>(
+      `SELECT version, commit_position::text FROM changes WHERE stream_name = 'workspace-ws_redelivered' ORDER BY version`,
+    );
+    const changeOf = (version: number) => encodeCursor({ commit: BigInt(rows[version - 1]!.commit_position), prepare: 0n });
+    // Asked again, the update still waits for its record's creation.
+    expect(await store().redeliver(hook.id, ['org_redelivered'], changeOf(2))).toMatchObject({ status: 'pending', next_attempt_at: null });
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(received).toHaveLength(1);
+    // The creation asked again goes now; once it went through, the update follows.
+    answer = 200;
+    expect(await store().redeliver(hook.id, ['org_redelivered'], changeOf(1))).toMatchObject({ status: 'pending', attempts: 0 });
+    await until(() => received.length === 3);
+    await dispatcher.stop();
+    expect(received.map((r) => [parsed(r).type, parsed(r).data.version])).toEqual([
+      ['WorkspaceCreated', 1],
+      ['WorkspaceCreated', 1],
+      ['WorkspaceUpdated', 2],
+    ]);
+    await store().remove(hook.id, ['org_redelivered']);
   });
 
   it('makes due, by its sweep, a delivery left waiting behind one that ended without promoting it (a process died between)', async () => {
