@@ -63,6 +63,7 @@ const environmentSchema = z
     PROJECTOR_CACHED_ROWS: integer(100_000, 1_000, 10_000_000),
     PROJECTOR_BULK_CATCH_UP_EVENTS: integer(100_000, 0, 1_000_000_000),
     RECORD_QUEUE_LIMIT: integer(256, 1, 100_000),
+    RECORD_RATE_LIMIT: integer(1_000, 0, 1_000_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     CHANGE_STREAMS_PER_CALLER: integer(10, 1, 10_000),
@@ -138,6 +139,8 @@ export type Config = Readonly<{
   projectionWaitMs: number;
   /** Commands that may wait their turn on one record at one instance before more are refused with 429 (contract §7). */
   recordQueueLimit: number;
+  /** Commands per second one record may take at one instance; beyond, they wait their turn longer (0: no limit). */
+  recordRateLimit: number;
   /** The most events the projector applies in one batch while it catches up (src/projections/catch-up.ts). */
   projectorMaxBatchEvents: number;
   /** Rows the projector keeps in memory from batch to batch while it catches up. */
@@ -218,6 +221,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     }),
     projectionWaitMs: env.PROJECTION_WAIT_MS,
     recordQueueLimit: env.RECORD_QUEUE_LIMIT,
+    recordRateLimit: env.RECORD_RATE_LIMIT,
     projectorMaxBatchEvents: env.PROJECTOR_MAX_BATCH_EVENTS,
     projectorCachedRows: env.PROJECTOR_CACHED_ROWS,
     projectorBulkCatchUpEvents: env.PROJECTOR_BULK_CATCH_UP_EVENTS,

@@ -157,6 +157,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       logger,
       observer,
       recordQueueLimit: config.recordQueueLimit,
+      recordRateLimit: config.recordRateLimit,
       snapshots,
       commandIndex: new PostgresCommandIndex(pool, logger),
       withoutHashes: config.audit.benchWithoutIntegrity,

@@ -9,6 +9,7 @@ import { CreationOrder } from './creation-order.js';
 import { RecentStates } from './recent-states.js';
 import type { DomainEvent } from '../domain/events.js';
 import { loadState, runGroup, timed, type CommandJob, type CommandObserver, type Outcome } from './execute.js';
+import { RecordPace } from './record-pace.js';
 import { RecordQueueFull, RecordQueues } from './record-queue.js';
 import { Turns } from './turns.js';
 import type { SnapshotStore } from './snapshots.js';
@@ -50,6 +51,8 @@ export type CommandHandlerDeps = {
   observer?: CommandObserver;
   /** Commands that may wait their turn on one record (RECORD_QUEUE_LIMIT, contract §7). */
   recordQueueLimit: number;
+  /** Commands per second one record may take here; beyond, they wait in its queue (RECORD_RATE_LIMIT; 0 or absent: no limit). */
+  recordRateLimit?: number;
   /** Where records' snapshots are kept; without, a record not in memory is read from its first event. */
   snapshots?: SnapshotStore;
   /** Where keyed commands' events are indexed; without, a keyed command reads its record's whole stream. */
@@ -63,6 +66,9 @@ type QueuedJob = CommandJob<unknown, unknown, DomainEvent> & { queuedAt: number 
 
 /** The most commands of one record decided and appended together. */
 const maxCommandsPerGroup = 64;
+
+/** The commands a record over its rate may still send at once, as a share of its rate: a tenth of a second's worth. */
+const recordBurstSeconds = 0.1;
 
 /** What a command refused for a full queue is told to wait: a group takes milliseconds, so the queue has moved on by then. */
 const queueFullRetryAfterSeconds = 1;
@@ -122,6 +128,12 @@ export class CommandHandlers {
     this.queues = new RecordQueues<QueuedJob>({
       limit: deps.recordQueueLimit,
       maxGroup: maxCommandsPerGroup,
+      pacing: deps.recordRateLimit
+        ? {
+            pace: new RecordPace(deps.recordRateLimit, Math.max(1, deps.recordRateLimit * recordBurstSeconds), () => performance.now()),
+            wait: (milliseconds) => new Promise((resolve) => setTimeout(resolve, milliseconds)),
+          }
+        : undefined,
       runGroup: (streamName, jobs) => {
         const started = performance.now();
         for (const job of jobs) deps.observer?.onStep?.('wait_turn', (started - job.queuedAt) / 1000);

@@ -2,8 +2,9 @@
  * Commands on one record wait their turn here instead of racing each other to the store (issue 21):
  * while one group of a record's commands is being decided and appended, the commands that arrive
  * wait, and go together as the next group. Records do not wait for each other. No I/O and no
- * timers: what a group does is `runGroup`'s.
+ * timers: what a group does is `runGroup`'s, and how a paced record waits is `pacing.wait`'s.
  */
+import type { RecordPace } from './record-pace.js';
 
 /** A queued command: whoever runs its group settles it; `fail` is also how the queue ends it should its group throw. */
 export type Queued = { fail: (error: unknown) => void };
@@ -26,6 +27,8 @@ export type RecordQueueOptions<Job extends Queued> = {
   maxGroup: number;
   /** Decides and appends `jobs`, in order, settling each; one group of a record at a time. */
   runGroup: (key: string, jobs: Job[]) => Promise<void>;
+  /** A record over its rate waits this long before its next group (none: records are not paced). */
+  pacing?: { pace: RecordPace; wait: (milliseconds: number) => Promise<void> };
 };
 
 export class RecordQueues<Job extends Queued> {
@@ -38,8 +41,8 @@ export class RecordQueues<Job extends Queued> {
   enqueue(key: string, job: Job): void {
     const queue = this.waiting.get(key);
     if (!queue) {
-      this.waiting.set(key, []);
-      this.run(key, [job]);
+      this.waiting.set(key, [job]);
+      this.start(key);
       return;
     }
     if (queue.length >= this.options.limit) throw new RecordQueueFull(key, queue.length);
@@ -54,6 +57,20 @@ export class RecordQueues<Job extends Queued> {
   /** Records with a group running. */
   get busyRecords(): number {
     return this.waiting.size;
+  }
+
+  /** Starts the record's next group: at once, or once its pace allows, with the commands waiting then. */
+  private start(key: string): void {
+    const { pacing } = this.options;
+    const delay = pacing?.pace.delayFor(key) ?? 0;
+    if (delay > 0) void pacing!.wait(delay).then(() => this.take(key));
+    else this.take(key);
+  }
+
+  private take(key: string): void {
+    const group = this.waiting.get(key)!.splice(0, this.options.maxGroup);
+    this.options.pacing?.pace.charge(key, group.length);
+    this.run(key, group);
   }
 
   private run(key: string, group: Job[]): void {
@@ -73,6 +90,6 @@ export class RecordQueues<Job extends Queued> {
       this.waiting.delete(key);
       return;
     }
-    this.run(key, queue.splice(0, this.options.maxGroup));
+    this.start(key);
   }
 }

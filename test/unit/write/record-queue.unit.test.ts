@@ -1,12 +1,20 @@
 import { describe, expect, it } from 'vitest';
+import { RecordPace } from '../../../src/write/record-pace.js';
 import { RecordQueueFull, RecordQueues } from '../../../src/write/record-queue.js';
 
 type Job = { name: string; fail: (error: unknown) => void };
 
-/** A queue whose groups are recorded and finish only when the test says so. */
-function queueUnderTest(limit = 3, maxGroup = 10) {
+/**
+ * A queue whose groups are recorded and finish only when the test says so. Paced (`perSecond`),
+ * its clock is the test's (`clock.now`), and a paced record's waits are recorded and end when the
+ * test says so.
+ */
+function queueUnderTest(limit = 3, maxGroup = 10, pacing?: { perSecond: number; burst: number }) {
   const groups: { key: string; names: string[]; finish: (error?: Error) => void }[] = [];
   const failed: string[] = [];
+  const clock = { now: 0 };
+  const waits: { milliseconds: number; end: () => void }[] = [];
+  const pace = pacing && new RecordPace(pacing.perSecond, pacing.burst, () => clock.now);
   const queues = new RecordQueues<Job>({
     limit,
     maxGroup,
@@ -14,10 +22,14 @@ function queueUnderTest(limit = 3, maxGroup = 10) {
       new Promise<void>((resolve, reject) =>
         groups.push({ key, names: jobs.map((job) => job.name), finish: (error) => (error ? reject(error) : resolve()) }),
       ),
+    pacing: pace && {
+      pace,
+      wait: (milliseconds) => new Promise<void>((end) => waits.push({ milliseconds, end })),
+    },
   });
   const job = (name: string): Job => ({ name, fail: () => failed.push(name) });
   const settle = () => new Promise((resolve) => setImmediate(resolve));
-  return { queues, groups, failed, job, settle };
+  return { queues, groups, failed, job, settle, clock, waits, pace };
 }
 
 describe('RecordQueues', () => {
@@ -85,5 +97,65 @@ describe('RecordQueues', () => {
     await settle();
     expect(failed).toEqual(['first']);
     expect(groups[1]!.names).toEqual(['second']);
+  });
+
+  it('given a record under its rate, then its groups run at once, each after the one before', async () => {
+    const { queues, groups, job, settle, clock, waits } = queueUnderTest(10, 10, { perSecond: 1000, burst: 5 });
+    for (let index = 0; index < 5; index++) {
+      clock.now += 1;
+      queues.enqueue('workspace-a', job(`c${index}`));
+      groups[index]!.finish();
+      await settle();
+    }
+    expect(groups).toHaveLength(5);
+    expect(waits).toEqual([]);
+  });
+
+  it('given a record over its rate, then its next group waits for its share of the rate, and takes the commands that came meanwhile', async () => {
+    // 100 commands a second, a burst of 2: a command is worth 10 ms.
+    const { queues, groups, job, settle, clock, waits } = queueUnderTest(10, 10, { perSecond: 100, burst: 2 });
+    queues.enqueue('workspace-a', job('a1'));
+    queues.enqueue('workspace-a', job('a2'));
+    queues.enqueue('workspace-a', job('a3'));
+    queues.enqueue('workspace-a', job('a4'));
+    groups[0]!.finish();
+    await settle();
+    // One command is 10 ms; the group of three after it, 30 more: within the burst of 20 ms.
+    expect(groups.map((group) => group.names)).toEqual([['a1'], ['a2', 'a3', 'a4']]);
+    queues.enqueue('workspace-a', job('a5'));
+    groups[1]!.finish();
+    await settle();
+    // 40 ms charged at time 0, 20 of them tolerated: the next group waits 20 ms.
+    expect(waits.map((wait) => wait.milliseconds)).toEqual([20]);
+    queues.enqueue('workspace-a', job('a6'));
+    expect(queues.waitingOn('workspace-a')).toBe(2);
+    // Another record is not held back meanwhile.
+    queues.enqueue('workspace-b', job('b1'));
+    expect(groups.at(-1)!.names).toEqual(['b1']);
+    clock.now = 20;
+    waits[0]!.end();
+    await settle();
+    expect(groups.filter((group) => group.key === 'workspace-a').map((group) => group.names)).toEqual([
+      ['a1'],
+      ['a2', 'a3', 'a4'],
+      ['a5', 'a6'],
+    ]);
+  });
+
+  it('given a paced record that went quiet, then it is forgotten once its rate no longer counts, and runs at once again', async () => {
+    const { queues, groups, job, settle, clock, waits, pace } = queueUnderTest(10, 10, { perSecond: 100, burst: 1 });
+    queues.enqueue('workspace-a', job('a1'));
+    queues.enqueue('workspace-a', job('a2'));
+    groups[0]!.finish();
+    await settle();
+    groups[1]!.finish();
+    await settle();
+    expect(pace!.records).toBe(1);
+    clock.now = 1000;
+    queues.enqueue('workspace-b', job('b1'));
+    expect(pace!.records).toBe(1);
+    queues.enqueue('workspace-a', job('a3'));
+    expect(groups.at(-1)!.names).toEqual(['a3']);
+    expect(waits).toEqual([]);
   });
 });
