@@ -58,12 +58,41 @@ const readPosition = (position: GlobalPosition): ReadPosition =>
 const noPosition = 2n ** 64n - 1n;
 /** About one log record of a small event (metadata included), until pages read tell better. */
 const typicalBytesPerEvent = 400;
+
 /**
- * Pages of `$all` at least this long teach the log's bytes per event. A shorter one (a readiness
- * probe reads one event at a time, many times a second) measures one or two records, and while
- * catching up the estimate would jump with each to whatever that record's size says.
+ * The log's bytes per event (positions are byte offsets in the log), learnt from the pages of
+ * `$all` read, each stretch of the log once however often it is read again: a readiness probe
+ * reads the event at the projection's checkpoint many times a second, and when each page set the
+ * figure, a catch-up's estimates jumped with whatever size that one record had. Starts from a
+ * small event's record, worth a few events, and halves what it learnt as it grows, so that it
+ * follows the log's recent events.
  */
-const pageThatTeachesDensity = 32;
+class LogDensity {
+  private static readonly priorEvents = 32;
+  private static readonly rememberedEvents = 100_000;
+  private bytes = typicalBytesPerEvent * LogDensity.priorEvents;
+  private events = LogDensity.priorEvents;
+  /** The commit position up to which the log is learnt. */
+  private learnedTo = -1n;
+
+  /** Learns from a page's commit positions (ascending): the stretch after what is learnt already. */
+  learn(positions: readonly bigint[]): void {
+    const first = positions.findIndex((position) => position >= this.learnedTo);
+    const last = positions.length - 1;
+    if (first === -1 || first === last) return;
+    this.bytes += Number(positions[last]! - positions[first]!);
+    this.events += last - first;
+    this.learnedTo = positions[last]!;
+    if (this.events > LogDensity.rememberedEvents) {
+      this.bytes /= 2;
+      this.events /= 2;
+    }
+  }
+
+  get bytesPerEvent(): number {
+    return Math.max(1, this.bytes / this.events);
+  }
+}
 const toGlobal = (position: Position | undefined): GlobalPosition | undefined =>
   position && position.commit !== noPosition ? { commit: position.commit, prepare: position.prepare } : undefined;
 
@@ -123,11 +152,8 @@ export class EventStoreDBEventStore implements EventStore {
   private readonly readTimeoutMs: number;
   /** Where the last `$all` scan ended without finding anything of ours after `after`. */
   private scanned: { after: GlobalPosition; to: GlobalPosition } | undefined;
-  /**
-   * The log's bytes per event, learnt from the long pages of `$all` read (positions are byte offsets
-   * in the log): what estimateEventsBetween divides by. Before any such page, a record of a small event.
-   */
-  private bytesPerEvent = typicalBytesPerEvent;
+  /** What estimateEventsBetween divides by. */
+  private readonly density = new LogDensity();
   /** While set and in the future, waitForEvents polls instead of subscribing (back-off after a failed subscription). */
   private subscribeAgainAt = 0;
   private subscribeFailures = 0;
@@ -187,6 +213,8 @@ export class EventStoreDBEventStore implements EventStore {
       const page = await this.collect('read $all', this.readTimeoutMs, () =>
         this.client.readAll({ fromPosition: readPosition(from), maxCount: pageSize }),
       );
+      // Before the page is taken from: a full page of ours returns from within.
+      this.density.learn(page.flatMap(({ event }) => (event ? [event.position.commit] : [])));
       for (const { event } of page) {
         if (!event) continue;
         const position = event.position;
@@ -197,10 +225,6 @@ export class EventStoreDBEventStore implements EventStore {
         if (found.length === limit) return found;
       }
       const lastSeen = page[page.length - 1]?.event?.position;
-      const firstSeen = page[0]?.event?.position;
-      if (firstSeen && lastSeen && page.length >= pageThatTeachesDensity) {
-        this.bytesPerEvent = Math.max(1, Number(lastSeen.commit - firstSeen.commit) / (page.length - 1));
-      }
       if (page.length < pageSize || !lastSeen) {
         // The end of the log: nothing of ours lies between the last event found and `lastSeen`, and
         // the log only grows at its end, so the next read from there may start at `lastSeen`.
@@ -271,7 +295,7 @@ export class EventStoreDBEventStore implements EventStore {
   }
 
   estimateEventsBetween(from: GlobalPosition, to: GlobalPosition): number {
-    return Math.max(0, Math.round(Number(to.commit - from.commit) / this.bytesPerEvent));
+    return Math.max(0, Math.round(Number(to.commit - from.commit) / this.density.bytesPerEvent));
   }
 
   async ping(): Promise<void> {

@@ -32,6 +32,16 @@ export class RecordPace {
     return at === undefined ? 0 : Math.max(0, at - this.tolerance - this.now());
   }
 
+  /**
+   * How many commands the record's group may take now (at least one): those the rate and the
+   * burst allow, so that a long queue goes a burst at a time and not in groups that run far ahead.
+   */
+  allowance(key: string): number {
+    const now = this.now();
+    const at = Math.max(this.next.get(key) ?? now, now);
+    return Math.max(1, Math.floor((now + this.tolerance - at) / this.interval) + 1);
+  }
+
   /** Counts a group of `commands` starting now against the record's rate. */
   charge(key: string, commands: number): void {
     const now = this.now();

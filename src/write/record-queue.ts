@@ -32,7 +32,7 @@ export type RecordQueueOptions<Job extends Queued> = {
 };
 
 export class RecordQueues<Job extends Queued> {
-  /** Per record, the commands not yet taken into a group. A record is here while a group of it runs. */
+  /** Per record, the commands not yet taken into a group. A record is here while a group of it runs or waits for its pace. */
   private readonly waiting = new Map<string, Job[]>();
 
   constructor(private readonly options: RecordQueueOptions<Job>) {}
@@ -54,7 +54,7 @@ export class RecordQueues<Job extends Queued> {
     return this.waiting.get(key)?.length ?? 0;
   }
 
-  /** Records with a group running. */
+  /** Records with a group running or waiting for its pace. */
   get busyRecords(): number {
     return this.waiting.size;
   }
@@ -68,8 +68,9 @@ export class RecordQueues<Job extends Queued> {
   }
 
   private take(key: string): void {
-    const group = this.waiting.get(key)!.splice(0, this.options.maxGroup);
-    this.options.pacing?.pace.charge(key, group.length);
+    const { maxGroup, pacing } = this.options;
+    const group = this.waiting.get(key)!.splice(0, pacing ? Math.min(maxGroup, pacing.pace.allowance(key)) : maxGroup);
+    pacing?.pace.charge(key, group.length);
     this.run(key, group);
   }
 

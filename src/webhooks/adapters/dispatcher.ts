@@ -151,12 +151,14 @@ export class WebhookDispatcher {
       }
       if (performance.now() - sweptWhen >= this.pollMs * roundsPerSweep) {
         sweptWhen = performance.now();
-        await parkDisabled(this.pool)
-          .then(() => this.promote(undefined))
-          .catch((error: unknown) => {
-            // The next sweep tries again; a waiting delivery only waits longer.
-            this.logger.warn({ err: (error as Error).message }, 'webhook sweep failed; retrying');
-          });
+        // Each step tries again at the next sweep: a disabled webhook's rows are only read by leases
+        // a while longer, and a waiting delivery only waits longer.
+        await parkDisabled(this.pool).catch((error: unknown) => {
+          this.logger.warn({ err: (error as Error).message }, "disabled webhooks' deliveries not parked; retrying at the next sweep");
+        });
+        await this.promote(undefined).catch((error: unknown) => {
+          this.logger.warn({ err: (error as Error).message }, 'webhook sweep failed; retrying');
+        });
       }
       if (!busy && !signal.aborted && !idle.signal.aborted) {
         await this.progress.waitPast(seen, this.pollMs, idle.signal);

@@ -32,9 +32,10 @@ export const dueDeliveries = `SELECT due.webhook_id, due.commit_position, due.pr
 // Of enabled webhooks only: a disabled webhook's deliveries stay parked (parkDisabled).
 const givenRecords = `SELECT DISTINCT r.webhook_id, r.stream_name FROM unnest($1::text[], $2::text[]) AS r(webhook_id, stream_name)
   JOIN webhooks w ON w.id = r.webhook_id AND w.enabled`;
-// Webhook by webhook, on the index of waiting rows: a disabled webhook's parked rows are not read.
-const recordsWaiting = `SELECT DISTINCT w.id AS webhook_id, d.stream_name FROM webhooks w
-  JOIN webhook_deliveries d ON d.webhook_id = w.id AND d.status = 'pending' AND d.next_attempt_at IS NULL
+// Webhook by webhook (a lateral probe of the index of waiting rows): a disabled webhook's parked rows are not read.
+const recordsWaiting = `SELECT DISTINCT w.id AS webhook_id, d.stream_name FROM webhooks w CROSS JOIN LATERAL (
+    SELECT stream_name FROM webhook_deliveries d WHERE d.webhook_id = w.id AND d.status = 'pending' AND d.next_attempt_at IS NULL
+  ) d
   WHERE w.enabled`;
 
 /**
@@ -75,16 +76,21 @@ export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebho
  * Parks the pending deliveries of disabled webhooks (src/infra/migrations/0016-disabled-webhooks-parked.ts):
  * they lose their `next_attempt_at`, so that leases, which read the due index oldest first, never
  * read them again. Enabled again, the webhook's records get their earliest pending delivery made
- * due by promoteWaiting's sweep, at once. Rows leased (an attempt out) or locked are left to the
- * next sweep, and are locked in key order, as outcomes and deletions lock them. The number parked.
+ * due by promoteWaiting's sweep, at once. The disabled webhooks' rows are locked (shared) first,
+ * which checks that they are still disabled and holds off an update enabling one until this
+ * commits; the deliveries are locked in key order, as outcomes and deletions lock them. Nothing
+ * here waits for a lock: a webhook or a delivery locked by another statement, or leased (an
+ * attempt out), is left to the next sweep. The number parked.
  */
 export async function parkDisabled(pool: Pool): Promise<number> {
   const { rowCount } = await pool.query(
     named(
-      `WITH locked AS MATERIALIZED (
-         SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhooks w
+      `WITH disabled AS MATERIALIZED (
+         SELECT id FROM webhooks WHERE NOT enabled ORDER BY id FOR SHARE SKIP LOCKED
+       ), locked AS MATERIALIZED (
+         SELECT d.webhook_id, d.commit_position, d.prepare_position FROM disabled w
          JOIN webhook_deliveries d ON d.webhook_id = w.id AND d.status = 'pending' AND d.next_attempt_at IS NOT NULL
-         WHERE NOT w.enabled AND (d.leased_until IS NULL OR d.leased_until < now())
+         WHERE d.leased_until IS NULL OR d.leased_until < now()
          ORDER BY d.webhook_id, d.commit_position, d.prepare_position
          FOR UPDATE OF d SKIP LOCKED
        )
