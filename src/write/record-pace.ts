@@ -11,6 +11,8 @@ export class RecordPace {
   private readonly interval: number;
   /** How far ahead of the clock a record's time may run before its next group waits: a burst's worth. */
   private readonly tolerance: number;
+  /** The most commands one group of a record that was idle may take at once. */
+  private readonly burstCells: number;
   /**
    * Per record, the time at which the rate would allow its next command; kept in the order last
    * charged, so that those in the past (which impose nothing) are forgotten from the front.
@@ -24,12 +26,20 @@ export class RecordPace {
   ) {
     this.interval = 1000 / perSecond;
     this.tolerance = burst * this.interval;
+    this.burstCells = Math.floor(burst) + 1;
   }
 
-  /** Milliseconds the record's next group must wait before it starts (0: at once). */
-  delayFor(key: string): number {
+  /**
+   * Milliseconds the record's next group of `commands` must wait before it starts (0: at once):
+   * until the rate allows them all, or a burst of them. Waiting for the group as a whole, not
+   * for its first command, keeps a storm's groups large (one append, one projector batch for
+   * many commands) rather than one command a millisecond.
+   */
+  delayFor(key: string, commands: number): number {
     const at = this.next.get(key);
-    return at === undefined ? 0 : Math.max(0, at - this.tolerance - this.now());
+    if (at === undefined) return 0;
+    const cells = Math.min(Math.max(1, commands), this.burstCells);
+    return Math.max(0, at + (cells - 1) * this.interval - this.tolerance - this.now());
   }
 
   /**

@@ -61,8 +61,8 @@ export class RecordQueues<Job extends Queued> {
 
   /** Starts the record's next group: at once, or once its pace allows, with the commands waiting then. */
   private start(key: string): void {
-    const { pacing } = this.options;
-    const delay = pacing?.pace.delayFor(key) ?? 0;
+    const { pacing, maxGroup } = this.options;
+    const delay = pacing?.pace.delayFor(key, Math.min(maxGroup, this.waiting.get(key)!.length)) ?? 0;
     if (delay > 0) void pacing!.wait(delay).then(() => this.take(key));
     else this.take(key);
   }

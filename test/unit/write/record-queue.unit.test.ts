@@ -116,48 +116,54 @@ describe('RecordQueues', () => {
     const { queues, groups, job, settle, clock, waits } = queueUnderTest(10, 10, { perSecond: 100, burst: 2 });
     queues.enqueue('workspace-a', job('a1'));
     queues.enqueue('workspace-a', job('a2'));
-    queues.enqueue('workspace-a', job('a3'));
-    queues.enqueue('workspace-a', job('a4'));
     groups[0]!.finish();
     await settle();
-    expect(groups.map((group) => group.names)).toEqual([['a1'], ['a2', 'a3']]);
-    queues.enqueue('workspace-a', job('a5'));
+    // Within the burst: at once.
+    expect(groups.map((group) => group.names)).toEqual([['a1'], ['a2']]);
+    for (const name of ['a3', 'a4', 'a5']) queues.enqueue('workspace-a', job(name));
     groups[1]!.finish();
     await settle();
-    // 30 ms charged at time 0, 20 of them tolerated: the next group waits 10 ms.
-    expect(waits.map((wait) => wait.milliseconds)).toEqual([10]);
+    // 20 ms charged at time 0; three more are 30 ms, of which 20 are tolerated: the group waits 20 ms for all three.
+    expect(waits.map((wait) => wait.milliseconds)).toEqual([20]);
     queues.enqueue('workspace-a', job('a6'));
-    expect(queues.waitingOn('workspace-a')).toBe(3);
+    expect(queues.waitingOn('workspace-a')).toBe(4);
     // Another record is not held back meanwhile.
     queues.enqueue('workspace-b', job('b1'));
     expect(groups.at(-1)!.names).toEqual(['b1']);
-    // The wait ends late (a busy event loop): what the rate allows by then goes together.
-    clock.now = 30;
+    clock.now = 20;
     waits[0]!.end();
+    await settle();
+    // A burst's worth goes (three commands); the one that came meanwhile waits for its share.
+    expect(groups.at(-1)!.names).toEqual(['a3', 'a4', 'a5']);
+    groups.at(-1)!.finish();
+    await settle();
+    expect(waits.map((wait) => wait.milliseconds)).toEqual([20, 10]);
+    clock.now = 30;
+    waits[1]!.end();
     await settle();
     expect(groups.filter((group) => group.key === 'workspace-a').map((group) => group.names)).toEqual([
       ['a1'],
-      ['a2', 'a3'],
-      ['a4', 'a5', 'a6'],
+      ['a2'],
+      ['a3', 'a4', 'a5'],
+      ['a6'],
     ]);
   });
 
-  it('given a long queue on a paced record, then its groups take a burst at a time, not more', async () => {
-    // 100 commands a second, a burst of 2: at once, three commands (the burst and the one on time).
+  it('given a long queue on a paced record, then its groups take a burst at a time, at the rate', async () => {
     const { queues, groups, job, settle, clock, waits } = queueUnderTest(20, 10, { perSecond: 100, burst: 2 });
     queues.enqueue('workspace-a', job('a0'));
     for (let index = 1; index <= 9; index++) queues.enqueue('workspace-a', job(`a${index}`));
     groups[0]!.finish();
     await settle();
-    expect(groups.map((group) => group.names)).toEqual([['a0'], ['a1', 'a2']]);
-    groups[1]!.finish();
-    await settle();
-    // 30 ms charged, 20 tolerated: 10 ms, then one command's worth.
     expect(waits.map((wait) => wait.milliseconds)).toEqual([10]);
     clock.now = 10;
     waits[0]!.end();
     await settle();
-    expect(groups.at(-1)!.names).toEqual(['a3']);
+    expect(groups.map((group) => group.names)).toEqual([['a0'], ['a1', 'a2', 'a3']]);
+    groups[1]!.finish();
+    await settle();
+    // Three commands every 30 ms: 100 a second.
+    expect(waits.map((wait) => wait.milliseconds)).toEqual([10, 30]);
   });
 
   it('given a paced record that went quiet, then it is forgotten once its rate no longer counts, and runs at once again', async () => {
