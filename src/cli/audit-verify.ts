@@ -11,9 +11,6 @@
  * have not read yet, are checked for their hashes only.
  */
 import { availableParallelism } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { Worker } from 'node:worker_threads';
 import { auditTree, describeBreak, LogAudit, leafWithoutEvent, type Break, type StoredLeaf, type StoredLevel } from '../integrity/audit.js';
 import type { Checkpoint, PublicJwk } from '../integrity/checkpoints.js';
 import {
@@ -28,6 +25,7 @@ import {
 import { openLogSnapshot, streamSplits, type StreamRange } from '../eventstore/postgres-stream-order.js';
 import type { GlobalPosition } from '../eventstore/port.js';
 import type { PoolClient } from '../infra/postgres.js';
+import { startWorkerBeside } from '../infra/worker-thread.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import { commandLine } from './arguments.js';
 import type { LogPartMessage, LogPartTask } from './audit-log-part.js';
@@ -69,24 +67,6 @@ async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; tr
   return { keys, trees };
 }
 
-/**
- * A worker thread running the module `name` beside this one. From source (.ts, as the npm scripts
- * run it under tsx) it registers tsx's loader first: a worker does not inherit the main thread's.
- */
-function startWorker(name: string, workerData: unknown): Worker {
-  const here = fileURLToPath(import.meta.url);
-  const module = new URL(`./${name}${path.extname(here)}`, import.meta.url);
-  if (path.extname(here) !== '.ts') return new Worker(module, { workerData });
-  const loader = import.meta.resolve('tsx/esm/api');
-  return new Worker(
-    `import(${JSON.stringify(loader)}).then(({ register }) => { register(); return import(${JSON.stringify(module.href)}); })`,
-    {
-      eval: true,
-      workerData,
-    },
-  );
-}
-
 type LogOutcome = { breaks: Break[]; unmatched: StoredLeaf[]; events: number };
 
 /**
@@ -107,7 +87,7 @@ async function checkPostgresLog(
   const ranges: StreamRange[] = [...splits, undefined].map((through, part) => ({ after: splits[part - 1], through }));
   const parts = ranges.map((range) => {
     const task: LogPartTask = { databaseUrl: connection.databaseUrl, treeSnapshotId, treeEnd, log, range };
-    const worker = startWorker('audit-log-part', task);
+    const worker = startWorkerBeside(import.meta.url, 'audit-log-part', task);
     let joined: () => void;
     return {
       joined: new Promise<void>((resolve) => (joined = resolve)),

@@ -1,7 +1,8 @@
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import type { Logger } from 'pino';
 import type { FeedProgress } from '../../changes/adapters/feed.js';
 import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
+import { startWorkerBeside } from '../../infra/worker-thread.js';
 import type { AttemptOutcome } from '../schedule.js';
 import type { DispatcherObserver, DispatcherSettings } from './dispatcher.js';
 
@@ -114,7 +115,7 @@ export class DeliveryThread {
       pollMs: this.options.pollMs ?? 500,
       position: this.options.progress.current,
     };
-    const worker = workerOf(data);
+    const worker = startWorkerBeside(import.meta.url, 'delivery-worker', data);
     this.worker = worker;
     worker.on('message', (message: FromDeliveryThread) => this.receive(message));
     worker.on('error', (error) => this.options.logger.error({ err: error }, 'webhook delivery thread failed'));
@@ -164,19 +165,4 @@ export class DeliveryThread {
       this.worker?.postMessage({ type: 'progress', position: told } satisfies ToDeliveryThread);
     }
   }
-}
-
-/**
- * The thread, running the entry's TypeScript source through tsx when the service itself runs
- * from source (`npm start`), as a worker does not inherit the loader that `--import tsx` registered.
- */
-function workerOf(data: DeliveryThreadData): Worker {
-  const fromSource = import.meta.url.endsWith('.ts');
-  const entry = new URL(`./delivery-worker.${fromSource ? 'ts' : 'js'}`, import.meta.url).href;
-  if (!fromSource) return new Worker(new URL(entry), { workerData: data });
-  const tsx = import.meta.resolve('tsx/esm/api');
-  return new Worker(`import(${JSON.stringify(tsx)}).then(({ register }) => { register(); return import(${JSON.stringify(entry)}); });`, {
-    eval: true,
-    workerData: data,
-  });
 }

@@ -80,10 +80,10 @@ export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebho
  * which checks that they are still disabled and holds off an update enabling one until this
  * commits; the deliveries are locked in key order, as outcomes and deletions lock them. Nothing
  * here waits for a lock: a webhook or a delivery locked by another statement, or leased (an
- * attempt out), is left to the next sweep. The number parked.
+ * attempt out), is left to the next sweep.
  */
-export async function parkDisabled(pool: Pool): Promise<number> {
-  const { rowCount } = await pool.query(
+export async function parkDisabled(pool: Pool): Promise<void> {
+  await pool.query(
     named(
       `WITH disabled AS MATERIALIZED (
          SELECT id FROM webhooks WHERE NOT enabled ORDER BY id FOR SHARE SKIP LOCKED
@@ -99,7 +99,6 @@ export async function parkDisabled(pool: Pool): Promise<number> {
       [],
     ),
   );
-  return rowCount ?? 0;
 }
 
 /** The age in seconds of the oldest delivery still pending (0 when none): a metric read at scrape time. */
