@@ -70,6 +70,15 @@ const maxCommandsPerGroup = 64;
 /** The commands a record over its rate may still send at once, as a share of its rate: a tenth of a second's worth. */
 const recordBurstSeconds = 0.1;
 
+/**
+ * How long after a group of several commands a record's next group may wait for as many (see
+ * RecordQueues' gathering): longer than concurrent writers take to be answered and send their
+ * next command, short against what each of them waits in a storm anyway.
+ */
+const recordGatherMs = 10;
+
+const sleep = (milliseconds: number) => new Promise<void>((resolve) => setTimeout(resolve, milliseconds));
+
 /** What a command refused for a full queue is told to wait: a group takes milliseconds, so the queue has moved on by then. */
 const queueFullRetryAfterSeconds = 1;
 
@@ -131,9 +140,10 @@ export class CommandHandlers {
       pacing: deps.recordRateLimit
         ? {
             pace: new RecordPace(deps.recordRateLimit, Math.max(1, deps.recordRateLimit * recordBurstSeconds), () => performance.now()),
-            wait: (milliseconds) => new Promise((resolve) => setTimeout(resolve, milliseconds)),
+            wait: sleep,
           }
         : undefined,
+      gathering: { withinMs: recordGatherMs, now: () => performance.now(), wait: sleep },
       runGroup: (streamName, jobs) => {
         const started = performance.now();
         for (const job of jobs) deps.observer?.onStep?.('wait_turn', (started - job.queuedAt) / 1000);

@@ -11,7 +11,7 @@ export class RecordPace {
   private readonly interval: number;
   /** How far ahead of the clock a record's time may run before its next group waits: a burst's worth. */
   private readonly tolerance: number;
-  /** The most commands one group of a record that was idle may take at once. */
+  /** The most commands one group may take at once. */
   private readonly burstCells: number;
   /**
    * Per record, the time at which the rate would allow its next command; kept in the order last
@@ -43,13 +43,12 @@ export class RecordPace {
   }
 
   /**
-   * How many commands the record's group may take now (at least one): those the rate and the
-   * burst allow, so that a long queue goes a burst at a time and not in groups that run far ahead.
+   * The most commands one group may take: a burst. The group takes those that came while it waited
+   * for its pace too, which puts its record's time further ahead, so that its next group waits the
+   * longer: the rate holds on average, and a storm goes in few large groups.
    */
-  allowance(key: string): number {
-    const now = this.now();
-    const at = Math.max(this.next.get(key) ?? now, now);
-    return Math.max(1, Math.floor((now + this.tolerance - at) / this.interval) + 1);
+  get burst(): number {
+    return this.burstCells;
   }
 
   /** Counts a group of `commands` starting now against the record's rate. */

@@ -2,7 +2,8 @@
  * Commands on one record wait their turn here instead of racing each other to the store (issue 21):
  * while one group of a record's commands is being decided and appended, the commands that arrive
  * wait, and go together as the next group. Records do not wait for each other. No I/O and no
- * timers: what a group does is `runGroup`'s, and how a paced record waits is `pacing.wait`'s.
+ * timers: what a group does is `runGroup`'s, and how a record waits is `pacing.wait`'s and
+ * `gathering.wait`'s.
  */
 import type { RecordPace } from './record-pace.js';
 
@@ -29,11 +30,27 @@ export type RecordQueueOptions<Job extends Queued> = {
   runGroup: (key: string, jobs: Job[]) => Promise<void>;
   /** A record over its rate waits this long before its next group (none: records are not paced). */
   pacing?: { pace: RecordPace; wait: (milliseconds: number) => Promise<void> };
+  /**
+   * After a group of several commands, the record's next group waits for as many, up to `withinMs`
+   * after that group started (none: a group starts with whatever waits). Concurrent writers of one
+   * record are answered together and come back within a few milliseconds of each other: without
+   * this, the first one back goes alone and the others make the next group, and a storm goes in
+   * groups of a few, each an append and a projector batch of its own, which cost the instance the
+   * CPU its other requests need. A lone writer's groups are of one, so it never waits.
+   */
+  gathering?: { withinMs: number; now: () => number; wait: (milliseconds: number) => Promise<void> };
 };
 
 export class RecordQueues<Job extends Queued> {
   /** Per record, the commands not yet taken into a group. A record is here while a group of it runs or waits for its pace. */
   private readonly waiting = new Map<string, Job[]>();
+  /**
+   * Per record whose last group had several commands, recently: its size and when it started; kept
+   * in the order started, so that those past `gathering.withinMs` are forgotten from the front.
+   */
+  private readonly lastGroups = new Map<string, { size: number; startedAt: number }>();
+  /** Records held back to gather their next group, each with the token of its hold (a hold ended early leaves its timer nothing to do). */
+  private readonly holds = new Map<string, object>();
 
   constructor(private readonly options: RecordQueueOptions<Job>) {}
 
@@ -47,6 +64,10 @@ export class RecordQueues<Job extends Queued> {
     }
     if (queue.length >= this.options.limit) throw new RecordQueueFull(key, queue.length);
     queue.push(job);
+    if (this.holds.has(key) && queue.length >= this.lastGroups.get(key)!.size) {
+      this.holds.delete(key);
+      this.pace(key);
+    }
   }
 
   /** Commands waiting on `key`, not counting the group being run. */
@@ -59,8 +80,32 @@ export class RecordQueues<Job extends Queued> {
     return this.waiting.size;
   }
 
-  /** Starts the record's next group: at once, or once its pace allows, with the commands waiting then. */
+  /** Starts the record's next group, once as many commands as its last group had wait (or the gathering's time is up), and its pace allows. */
   private start(key: string): void {
+    const delay = this.gatheringDelay(key);
+    if (delay <= 0) {
+      this.pace(key);
+      return;
+    }
+    const hold = {};
+    this.holds.set(key, hold);
+    void this.options.gathering!.wait(delay).then(() => {
+      if (this.holds.get(key) !== hold) return;
+      this.holds.delete(key);
+      this.pace(key);
+    });
+  }
+
+  /** Milliseconds the record's next group may still wait for its writers to come back (0: none). */
+  private gatheringDelay(key: string): number {
+    const { gathering } = this.options;
+    const last = this.lastGroups.get(key);
+    if (!gathering || !last || this.waiting.get(key)!.length >= last.size) return 0;
+    return last.startedAt + gathering.withinMs - gathering.now();
+  }
+
+  /** Starts the record's next group: at once, or once its pace allows, with the commands waiting then. */
+  private pace(key: string): void {
     const { pacing, maxGroup } = this.options;
     const delay = pacing?.pace.delayFor(key, Math.min(maxGroup, this.waiting.get(key)!.length)) ?? 0;
     if (delay > 0) void pacing!.wait(delay).then(() => this.take(key));
@@ -69,9 +114,23 @@ export class RecordQueues<Job extends Queued> {
 
   private take(key: string): void {
     const { maxGroup, pacing } = this.options;
-    const group = this.waiting.get(key)!.splice(0, pacing ? Math.min(maxGroup, pacing.pace.allowance(key)) : maxGroup);
+    const group = this.waiting.get(key)!.splice(0, pacing ? Math.min(maxGroup, pacing.pace.burst) : maxGroup);
     pacing?.pace.charge(key, group.length);
+    this.noteGroup(key, group.length);
     this.run(key, group);
+  }
+
+  /** Remembers a group of several commands for the gathering of the record's next one. */
+  private noteGroup(key: string, size: number): void {
+    const { gathering } = this.options;
+    if (!gathering) return;
+    const now = gathering.now();
+    for (const [record, last] of this.lastGroups) {
+      if (last.startedAt + gathering.withinMs > now) break;
+      this.lastGroups.delete(record);
+    }
+    this.lastGroups.delete(key);
+    if (size > 1) this.lastGroups.set(key, { size, startedAt: now });
   }
 
   private run(key: string, group: Job[]): void {

@@ -5,15 +5,16 @@ import { RecordQueueFull, RecordQueues } from '../../../src/write/record-queue.j
 type Job = { name: string; fail: (error: unknown) => void };
 
 /**
- * A queue whose groups are recorded and finish only when the test says so. Paced (`perSecond`),
- * its clock is the test's (`clock.now`), and a paced record's waits are recorded and end when the
- * test says so.
+ * A queue whose groups are recorded and finish only when the test says so. Paced (`perSecond`) or
+ * gathering (`gatherWithinMs`), its clock is the test's (`clock.now`), and a record's waits are
+ * recorded (`waits` for its pace, `gatherings` to gather its group) and end when the test says so.
  */
-function queueUnderTest(limit = 3, maxGroup = 10, pacing?: { perSecond: number; burst: number }) {
+function queueUnderTest(limit = 3, maxGroup = 10, pacing?: { perSecond: number; burst: number }, gatherWithinMs?: number) {
   const groups: { key: string; names: string[]; finish: (error?: Error) => void }[] = [];
   const failed: string[] = [];
   const clock = { now: 0 };
   const waits: { milliseconds: number; end: () => void }[] = [];
+  const gatherings: { milliseconds: number; end: () => void }[] = [];
   const pace = pacing && new RecordPace(pacing.perSecond, pacing.burst, () => clock.now);
   const queues = new RecordQueues<Job>({
     limit,
@@ -26,10 +27,28 @@ function queueUnderTest(limit = 3, maxGroup = 10, pacing?: { perSecond: number; 
       pace,
       wait: (milliseconds) => new Promise<void>((end) => waits.push({ milliseconds, end })),
     },
+    gathering: gatherWithinMs
+      ? {
+          withinMs: gatherWithinMs,
+          now: () => clock.now,
+          wait: (milliseconds) => new Promise<void>((end) => gatherings.push({ milliseconds, end })),
+        }
+      : undefined,
   });
   const job = (name: string): Job => ({ name, fail: () => failed.push(name) });
   const settle = () => new Promise((resolve) => setImmediate(resolve));
-  return { queues, groups, failed, job, settle, clock, waits, pace };
+  return { queues, groups, failed, job, settle, clock, waits, gatherings, pace };
+}
+
+/** a1 alone, then a2 and a3 as a group of two, both finished, at time 0: the record is idle again. */
+async function groupOfTwoAtZero({ queues, groups, job, settle }: ReturnType<typeof queueUnderTest>) {
+  queues.enqueue('workspace-a', job('a1'));
+  queues.enqueue('workspace-a', job('a2'));
+  queues.enqueue('workspace-a', job('a3'));
+  groups[0]!.finish();
+  await settle();
+  groups[1]!.finish();
+  await settle();
 }
 
 describe('RecordQueues', () => {
@@ -181,5 +200,94 @@ describe('RecordQueues', () => {
     queues.enqueue('workspace-a', job('a3'));
     expect(groups.at(-1)!.names).toEqual(['a3']);
     expect(waits).toEqual([]);
+  });
+  it('given a paced record whose group waited for its rate, then the group also takes what came meanwhile, up to a burst, and the next waits the longer', async () => {
+    // 100 commands a second, a burst of 4: a command is worth 10 ms, 40 ms are tolerated, five go at once at most.
+    const { queues, groups, job, settle, clock, waits } = queueUnderTest(20, 10, { perSecond: 100, burst: 4 });
+    queues.enqueue('workspace-a', job('a0'));
+    for (const name of ['a1', 'a2', 'a3', 'a4']) queues.enqueue('workspace-a', job(name));
+    groups[0]!.finish();
+    await settle();
+    // Within the burst: at once; the record's time is now 50 ms.
+    expect(groups.map((group) => group.names)).toEqual([['a0'], ['a1', 'a2', 'a3', 'a4']]);
+    for (const name of ['a5', 'a6', 'a7']) queues.enqueue('workspace-a', job(name));
+    groups[1]!.finish();
+    await settle();
+    // Three more are 30 ms past 50, of which 40 are tolerated: 30 ms to wait, during which two more come.
+    expect(waits.map((wait) => wait.milliseconds)).toEqual([30]);
+    for (const name of ['a8', 'a9', 'a10']) queues.enqueue('workspace-a', job(name));
+    clock.now = 30;
+    waits[0]!.end();
+    await settle();
+    // One group of a burst (five), rather than the three the rate allowed at that moment.
+    expect(groups.at(-1)!.names).toEqual(['a5', 'a6', 'a7', 'a8', 'a9']);
+    groups.at(-1)!.finish();
+    await settle();
+    // The record's time is 100 ms: the last one waits until 100 - 40 = 60.
+    expect(waits.map((wait) => wait.milliseconds)).toEqual([30, 30]);
+  });
+
+  it('given a group of several commands, when its writers come back one by one, then the next group waits for as many, not going with the first alone', async () => {
+    const under = queueUnderTest(10, 10, undefined, 10);
+    const { queues, groups, job, settle, clock, gatherings } = under;
+    await groupOfTwoAtZero(under);
+    expect(queues.busyRecords).toBe(0);
+    clock.now = 2;
+    queues.enqueue('workspace-a', job('a4'));
+    // The group of two started at 0: the next may wait until 10 for a second command.
+    expect(gatherings.map((gathering) => gathering.milliseconds)).toEqual([8]);
+    expect(groups).toHaveLength(2);
+    // Other records are not held back meanwhile.
+    queues.enqueue('workspace-b', job('b1'));
+    expect(groups.at(-1)!.names).toEqual(['b1']);
+    clock.now = 3;
+    queues.enqueue('workspace-a', job('a5'));
+    expect(groups.at(-1)!.names).toEqual(['a4', 'a5']);
+    // The hold's timer ending later starts nothing more.
+    gatherings[0]!.end();
+    await settle();
+    expect(groups.filter((group) => group.key === 'workspace-a').map((group) => group.names)).toEqual([['a1'], ['a2', 'a3'], ['a4', 'a5']]);
+  });
+
+  it('given a group of several commands, when fewer come back within the gathering time, then the next group goes with those that came', async () => {
+    const under = queueUnderTest(10, 10, undefined, 10);
+    const { queues, groups, job, settle, clock, gatherings } = under;
+    await groupOfTwoAtZero(under);
+    clock.now = 4;
+    queues.enqueue('workspace-a', job('a4'));
+    expect(gatherings.map((gathering) => gathering.milliseconds)).toEqual([6]);
+    clock.now = 10;
+    gatherings[0]!.end();
+    await settle();
+    expect(groups.at(-1)!.names).toEqual(['a4']);
+    groups.at(-1)!.finish();
+    await settle();
+    // After a group of one the record does not wait.
+    clock.now = 11;
+    queues.enqueue('workspace-a', job('a5'));
+    expect(groups.at(-1)!.names).toEqual(['a5']);
+    expect(gatherings).toHaveLength(1);
+  });
+
+  it('given a lone writer, then each of its commands runs at once: its groups are of one', async () => {
+    const { queues, groups, job, settle, clock, gatherings } = queueUnderTest(10, 10, undefined, 10);
+    for (let index = 0; index < 3; index++) {
+      clock.now += 1;
+      queues.enqueue('workspace-a', job(`c${index}`));
+      expect(groups).toHaveLength(index + 1);
+      groups[index]!.finish();
+      await settle();
+    }
+    expect(gatherings).toEqual([]);
+  });
+
+  it("given a group of several commands long ago, then the record's next command runs at once", async () => {
+    const under = queueUnderTest(10, 10, undefined, 10);
+    const { queues, groups, job, clock, gatherings } = under;
+    await groupOfTwoAtZero(under);
+    clock.now = 10;
+    queues.enqueue('workspace-a', job('a4'));
+    expect(groups.at(-1)!.names).toEqual(['a4']);
+    expect(gatherings).toEqual([]);
   });
 });
