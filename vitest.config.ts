@@ -10,6 +10,7 @@ const perEventStore = [
   'test/e2e/**/*.e2e.test.ts',
   'test/int/projections/projector-failures.int.test.ts',
   'test/int/projections/catch-up-cache.int.test.ts',
+  'test/int/projections/live-reads.int.test.ts',
   'test/int/write/group-commit.int.test.ts',
   'test/int/write/load-record.int.test.ts',
   'test/int/write/answer-turns.int.test.ts',

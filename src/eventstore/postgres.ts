@@ -90,8 +90,9 @@ const hiddenEventsPollMs = 10;
 
 export class PostgresEventStore implements EventStore {
   /**
-   * A wake-up that arrived while nobody waited (e.g. between the projector's empty read and its
-   * wait): the next wait returns at once rather than miss it.
+   * A wake-up that arrived while nobody waited (while the projector read or applied a batch): the
+   * next wait returns at once rather than miss it. One that woke a waiter is not kept: the waiter
+   * reads next, and a later wait is for what comes after.
    */
   private appendedUnseen = false;
 
@@ -296,7 +297,7 @@ export class PostgresEventStore implements EventStore {
   }
 
   private wake(): void {
-    this.appendedUnseen = true;
+    if (this.waiting.size === 0) this.appendedUnseen = true;
     for (const done of this.waiting) done();
   }
 

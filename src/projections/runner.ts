@@ -178,6 +178,10 @@ export class ProjectionRunner {
       catchUp = undefined;
     };
     let idlePollMs = minIdlePollMs;
+    // After a short page is applied the projector is at the log's end as it read it: it waits for
+    // the next append before reading again, rather than read an empty page first (a round trip to
+    // the store for every batch, and most batches are short pages once caught up).
+    let atEnd = false;
     let pageSize = sizes.min;
     // The next page, read while the current one is applied; dropped (and read again) if the checkpoint does not move to its start.
     // While catching up, it is also folded while the current one is written.
@@ -205,6 +209,11 @@ export class ProjectionRunner {
           if (step === 'skip') checkpoint = await this.passOver(client, checkpoint, stoppedAt);
           stoppedAt = undefined;
           continue;
+        }
+        if (atEnd) {
+          atEnd = false;
+          await store.waitForEvents(checkpoint, idlePollMs, this.abort.signal);
+          if (this.abort.signal.aborted) break;
         }
         const size = oneByOneUntil ? 1 : pageSize;
         const prefetched = nextPage && nextPage.after === checkpoint && nextPage.size === size ? nextPage : undefined;
@@ -273,6 +282,7 @@ export class ProjectionRunner {
           if (catchUpEnds) endCatchUp();
           this.options.onBatchApplied?.(events.length, (performance.now() - started) / 1000);
           checkpoint = last;
+          atEnd = read < size && !oneByOneUntil && !unreadable;
           this.failures = 0; // back-off grows while batches keep failing, and only then
           progress.advance(checkpoint);
           if (oneByOneUntil && comparePositions(checkpoint, oneByOneUntil) >= 0) oneByOneUntil = undefined;
