@@ -11,7 +11,7 @@ export class RecordPace {
   private readonly interval: number;
   /** How far ahead of the clock a record's time may run before its next group waits: a burst's worth. */
   private readonly tolerance: number;
-  /** The most commands one group may take at once. */
+  /** The most commands one group may take at once: a burst's worth and one. */
   private readonly burstCells: number;
   /**
    * Per record, the time at which the rate would allow its next command; kept in the order last
@@ -43,9 +43,10 @@ export class RecordPace {
   }
 
   /**
-   * The most commands one group may take: a burst. The group takes those that came while it waited
-   * for its pace too, which puts its record's time further ahead, so that its next group waits the
-   * longer: the rate holds on average, and a storm goes in few large groups.
+   * The most commands one group may take: a burst's worth and the one the rate allows now
+   * (`floor(burst) + 1`). The group takes those that came while it waited for its pace too, which
+   * puts its record's time further ahead, so that its next group waits the longer: the rate holds
+   * on average, and a storm goes in few large groups.
    */
   get burst(): number {
     return this.burstCells;

@@ -42,15 +42,19 @@ export type RecordQueueOptions<Job extends Queued> = {
 };
 
 export class RecordQueues<Job extends Queued> {
-  /** Per record, the commands not yet taken into a group. A record is here while a group of it runs or waits for its pace. */
+  /** Per record, the commands not yet taken into a group. A record is here while a group of it runs, waits for its pace or is held to gather. */
   private readonly waiting = new Map<string, Job[]>();
   /**
    * Per record whose last group had several commands, recently: its size and when it started; kept
    * in the order started, so that those past `gathering.withinMs` are forgotten from the front.
    */
   private readonly lastGroups = new Map<string, { size: number; startedAt: number }>();
-  /** Records held back to gather their next group, each with the token of its hold (a hold ended early leaves its timer nothing to do). */
-  private readonly holds = new Map<string, object>();
+  /**
+   * Records held back to gather their next group, each with how many commands end the hold (its
+   * own copy: the record's last group may be forgotten meanwhile), an object that is also the
+   * hold's token (a hold ended early leaves its timer nothing to do).
+   */
+  private readonly holds = new Map<string, { commands: number }>();
 
   constructor(private readonly options: RecordQueueOptions<Job>) {}
 
@@ -64,7 +68,8 @@ export class RecordQueues<Job extends Queued> {
     }
     if (queue.length >= this.options.limit) throw new RecordQueueFull(key, queue.length);
     queue.push(job);
-    if (this.holds.has(key) && queue.length >= this.lastGroups.get(key)!.size) {
+    const hold = this.holds.get(key);
+    if (hold && queue.length >= hold.commands) {
       this.holds.delete(key);
       this.pace(key);
     }
@@ -82,12 +87,13 @@ export class RecordQueues<Job extends Queued> {
 
   /** Starts the record's next group, once as many commands as its last group had wait (or the gathering's time is up), and its pace allows. */
   private start(key: string): void {
-    const delay = this.gatheringDelay(key);
-    if (delay <= 0) {
+    const last = this.lastGroups.get(key);
+    const delay = this.gatheringDelay(key, last);
+    if (!last || delay <= 0) {
       this.pace(key);
       return;
     }
-    const hold = {};
+    const hold = { commands: last.size };
     this.holds.set(key, hold);
     void this.options.gathering!.wait(delay).then(() => {
       if (this.holds.get(key) !== hold) return;
@@ -97,9 +103,8 @@ export class RecordQueues<Job extends Queued> {
   }
 
   /** Milliseconds the record's next group may still wait for its writers to come back (0: none). */
-  private gatheringDelay(key: string): number {
+  private gatheringDelay(key: string, last: { size: number; startedAt: number } | undefined): number {
     const { gathering } = this.options;
-    const last = this.lastGroups.get(key);
     if (!gathering || !last || this.waiting.get(key)!.length >= last.size) return 0;
     return last.startedAt + gathering.withinMs - gathering.now();
   }

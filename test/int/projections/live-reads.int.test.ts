@@ -14,9 +14,10 @@ function countingReads(store: EventStore): { store: EventStore; reads: () => num
       const value = Reflect.get(target, property, target) as unknown;
       if (typeof value !== 'function') return value;
       if (property !== 'readAll') return value.bind(target);
+      // Counted once answered, both: a read under way when the test takes its counts is counted after, whole.
       return async (after: GlobalPosition, limit: number) => {
-        reads += 1;
         const events = await target.readAll(after, limit);
+        reads += 1;
         if (events.length === 0) emptyReads += 1;
         return events;
       };
@@ -53,6 +54,8 @@ describe('the live projector at the log end', () => {
     const first = writer.next();
     await projected((await stack.store.append(first.streamName, first.expectedVersion, first.events)).position);
     first.applied();
+    // Its batch reported too: the checkpoint is seen moved a moment before the projector hears its commit.
+    await eventually(() => batches.length > 0);
     const [readsBefore, emptyBefore, batchesBefore] = [reads(), emptyReads(), batches.length];
     const commands = 20;
     for (let i = 0; i < commands; i++) {
@@ -63,12 +66,12 @@ describe('the live projector at the log end', () => {
     }
     await runner.stop();
     expect(batches.length - batchesBefore).toBe(commands);
-    const empty = emptyReads() - emptyBefore;
-    // Each command's events read once. An empty read is left only where PostgreSQL still hid the
-    // event for a moment (an older append, of any database of the server, was running): the build
-    // before read an empty page after every batch, 20 to 40 of them here.
-    expect(reads() - readsBefore - empty).toBe(commands);
-    expect(empty, `${empty} empty reads`).toBeLessThanOrEqual(commands / 4);
+    const [read, empty] = [reads() - readsBefore, emptyReads() - emptyBefore];
+    // One read per command. A few more are left only where PostgreSQL still hid an event for a
+    // moment (an older append, of any database of the server, was running) or a wake-up came for a
+    // page already read: the build before read an empty page after every batch, 40 to 60 reads here.
+    expect(empty, `${read} reads, ${empty} of them empty`).toBeLessThanOrEqual(commands / 4);
+    expect(read, `${read} reads, ${empty} of them empty`).toBeLessThanOrEqual(commands + commands / 4);
     expect(await stack.differences()).toEqual([]);
   });
 });

@@ -290,4 +290,20 @@ describe('RecordQueues', () => {
     expect(groups.at(-1)!.names).toEqual(['a4']);
     expect(gatherings).toEqual([]);
   });
+  it("given a record held to gather its group, when another record's group forgets it meanwhile, then a command on it still queues and the group goes", async () => {
+    const under = queueUnderTest(10, 10, undefined, 10);
+    const { queues, groups, job, settle, clock, gatherings } = under;
+    await groupOfTwoAtZero(under);
+    clock.now = 2;
+    queues.enqueue('workspace-a', job('a4'));
+    expect(gatherings).toHaveLength(1);
+    // Its timer is late, as in a busy event loop: another record's group, past the gathering time, forgets what a's was.
+    clock.now = 11;
+    queues.enqueue('workspace-b', job('b1'));
+    expect(() => queues.enqueue('workspace-a', job('a5'))).not.toThrow();
+    expect(groups.at(-1)!.names).toEqual(['a4', 'a5']);
+    gatherings[0]!.end();
+    await settle();
+    expect(groups.filter((group) => group.key === 'workspace-a').map((group) => group.names)).toEqual([['a1'], ['a2', 'a3'], ['a4', 'a5']]);
+  });
 });
