@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { notFound, RetryLater, ServiceError } from '../errors.js';
 import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
@@ -76,8 +77,6 @@ const recordBurstSeconds = 0.1;
  * next command, short against what each of them waits in a storm anyway.
  */
 const recordGatherMs = 10;
-
-const sleep = (milliseconds: number) => new Promise<void>((resolve) => setTimeout(resolve, milliseconds));
 
 /** What a command refused for a full queue is told to wait: a group takes milliseconds, so the queue has moved on by then. */
 const queueFullRetryAfterSeconds = 1;

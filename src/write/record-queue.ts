@@ -80,7 +80,7 @@ export class RecordQueues<Job extends Queued> {
     return this.waiting.get(key)?.length ?? 0;
   }
 
-  /** Records with a group running or waiting for its pace. */
+  /** Records with a group running, waiting for its pace or held to gather. */
   get busyRecords(): number {
     return this.waiting.size;
   }

@@ -1,5 +1,6 @@
 import { pino } from 'pino';
 import { parseConfig } from '../../src/config.js';
+import type { EventStore, GlobalPosition, RecordedEvent } from '../../src/eventstore/port.js';
 import { ProjectionProgress } from '../../src/projections/progress.js';
 import { ProjectionRunner, type ProjectionRunnerOptions } from '../../src/projections/runner.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../../src/projections/verify.js';
@@ -60,4 +61,15 @@ export async function eventually(condition: () => Promise<boolean> | boolean, ti
     if (Date.now() > deadline) throw new Error('condition not met in time');
     await new Promise((resolve) => setTimeout(resolve, 25));
   }
+}
+
+/** `store` with its `readAll` replaced by `readAll` (which may call the store's own); every other call is the store's. */
+export function withReadAll(store: EventStore, readAll: (after: GlobalPosition, limit: number) => Promise<RecordedEvent[]>): EventStore {
+  return new Proxy(store, {
+    get(target, property) {
+      if (property === 'readAll') return readAll;
+      const value = Reflect.get(target, property, target) as unknown;
+      return typeof value === 'function' ? value.bind(target) : value;
+    },
+  });
 }

@@ -4,7 +4,7 @@ import { comparePositions, startOfLog, type GlobalPosition } from '../../../src/
 import { noChanges } from '../../../src/projections/batch.js';
 import { readCheckpoint, readRowTables, writeChanges } from '../../../src/projections/tables.js';
 import { RecordWriter, seededRandom } from '../../support/generate.js';
-import { eventually, startStack, type Stack } from '../../support/stack.js';
+import { eventually, startStack, withReadAll, type Stack } from '../../support/stack.js';
 
 /**
  * Appends `count` commands' events of random writers (creates, updates, deletions, workspaces
@@ -108,16 +108,10 @@ describe('the live projector reaching the end of a backlog', () => {
     // its rows are then read on the catch-up's connection while the projector learns that it is
     // caught up, which ended that connection under the read. The batch failed, and its events were
     // applied again one at a time.
-    const slowAtTheEnd = new Proxy(stack.store, {
-      get(store, property) {
-        const value = Reflect.get(store, property, store) as unknown;
-        if (property !== 'readAll' || typeof value !== 'function') return typeof value === 'function' ? value.bind(store) : value;
-        return async (after: GlobalPosition, limit: number) => {
-          const events = await store.readAll(after, limit);
-          if (events.length > 0 && events.length < limit) await new Promise((resolve) => setTimeout(resolve, 300));
-          return events;
-        };
-      },
+    const slowAtTheEnd = withReadAll(stack.store, async (after, limit) => {
+      const events = await stack.store.readAll(after, limit);
+      if (events.length > 0 && events.length < limit) await new Promise((resolve) => setTimeout(resolve, 300));
+      return events;
     });
     const batches: number[] = [];
     const runner = stack.runner({

@@ -3,25 +3,18 @@ import { comparePositions, type EventStore, type GlobalPosition } from '../../..
 import { PostgresEventStore } from '../../../src/eventstore/postgres.js';
 import { readCheckpoint } from '../../../src/projections/tables.js';
 import { RecordWriter, seededRandom } from '../../support/generate.js';
-import { eventually, startStack, type Stack } from '../../support/stack.js';
+import { eventually, startStack, withReadAll, type Stack } from '../../support/stack.js';
 
 /** The stack's store, counting the pages the projector reads, and those that held nothing. */
 function countingReads(store: EventStore): { store: EventStore; reads: () => number; emptyReads: () => number } {
   let reads = 0;
   let emptyReads = 0;
-  const counting = new Proxy(store, {
-    get(target, property) {
-      const value = Reflect.get(target, property, target) as unknown;
-      if (typeof value !== 'function') return value;
-      if (property !== 'readAll') return value.bind(target);
-      // Counted once answered, both: a read under way when the test takes its counts is counted after, whole.
-      return async (after: GlobalPosition, limit: number) => {
-        const events = await target.readAll(after, limit);
-        reads += 1;
-        if (events.length === 0) emptyReads += 1;
-        return events;
-      };
-    },
+  // Counted once answered, both: a read under way when the test takes its counts is counted after, whole.
+  const counting = withReadAll(store, async (after, limit) => {
+    const events = await store.readAll(after, limit);
+    reads += 1;
+    if (events.length === 0) emptyReads += 1;
+    return events;
   });
   return { store: counting, reads: () => reads, emptyReads: () => emptyReads };
 }
