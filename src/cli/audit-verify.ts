@@ -46,23 +46,26 @@ checkpoint's signature. Prints each break (organization, stream, version, what d
 
 const { config, logger } = operatorSetup();
 
-type Tree = { organizationId: string; leaves: { leafIndex: number; hash: string }[]; nodes: StoredLevel[]; checkpoints: Checkpoint[] };
+type Tree = {
+  organizationId: string;
+  /** By index; a hole where the table lacks a leaf. */
+  leafHashes: (string | undefined)[];
+  /** Indexes of leaves stored outside the tree's size. */
+  outside: number[];
+  nodes: StoredLevel[];
+  checkpoints: Checkpoint[];
+};
 
-const leafPage = 50_000;
 const logPage = 5_000;
 
 /** The trees and the keys, read in the snapshot the transaction on `client` holds. */
 async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; trees: Tree[] }> {
   const keys = await readPublicKeys(client);
   const trees: Tree[] = [];
-  for (const { organizationId } of await readTrees(client)) {
-    const leaves: Tree['leaves'] = [];
-    for (let page = await readLeafHashes(client, organizationId, 0, leafPage); page.length > 0;) {
-      leaves.push(...page);
-      page = page.length < leafPage ? [] : await readLeafHashes(client, organizationId, leaves.length, leafPage);
-    }
-    const nodes = await readStoredLevels(client, organizationId, leaves.length);
-    trees.push({ organizationId, leaves, nodes, checkpoints: await readCheckpoints(client, organizationId) });
+  for (const { organizationId, size } of await readTrees(client)) {
+    const { hashes, outside } = await readLeafHashes(client, organizationId, size);
+    const nodes = await readStoredLevels(client, organizationId, size);
+    trees.push({ organizationId, leafHashes: hashes, outside, nodes, checkpoints: await readCheckpoints(client, organizationId) });
   }
   return { keys, trees };
 }
@@ -162,12 +165,10 @@ try {
   const treeBreaks: Break[] = [];
   let checkpoints = 0;
   for (const tree of treeData.trees) {
-    const hashes = tree.leaves.map((leaf, index) => {
-      if (leaf.leafIndex !== index)
-        treeBreaks.push({ organizationId: tree.organizationId, message: `leaf ${index} is missing from the tree` });
-      return leaf.hash;
-    });
-    treeBreaks.push(...auditTree(tree.organizationId, hashes, tree.nodes, tree.checkpoints, treeData.keys));
+    const found = (message: string) => treeBreaks.push({ organizationId: tree.organizationId, message });
+    for (const [index, hash] of tree.leafHashes.entries()) if (hash === undefined) found(`leaf ${index} is missing from the tree`);
+    for (const index of tree.outside) found(`leaf ${index} is outside the tree of ${tree.leafHashes.length} leaves`);
+    treeBreaks.push(...auditTree(tree.organizationId, tree.leafHashes, tree.nodes, tree.checkpoints, treeData.keys));
     checkpoints += tree.checkpoints.length;
   }
   const log = await checkingLog;

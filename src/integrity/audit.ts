@@ -189,12 +189,17 @@ export const levelSizes = (size: number): number[] => {
 /**
  * Every complete subtree's hash of the tree of `leafHashes` (RFC 9162), level by level, 32 bytes
  * per node back to back: at level l, index i, the node over leaves [i·2^l, (i+1)·2^l), as
- * appendLeaves makes them one by one.
+ * appendLeaves makes them one by one. A leaf missing (a hole, reported apart) counts as its stored
+ * node at level 0, or zeros without one, so that it does not make every node above it a break too.
  */
-function completeSubtrees(leafHashes: readonly string[]): Buffer[] {
+function completeSubtrees(leafHashes: readonly (string | undefined)[], storedLeaves: StoredLevel | undefined): Buffer[] {
   const sizes = levelSizes(leafHashes.length);
-  const levels = sizes.map((count) => Buffer.allocUnsafe(count * 32));
-  leafHashes.forEach((leaf, index) => leafHash(leaf).copy(levels[0]!, index * 32));
+  const levels = sizes.map((count) => Buffer.alloc(count * 32));
+  leafHashes.forEach((leaf, index) => {
+    if (leaf !== undefined) leafHash(leaf).copy(levels[0]!, index * 32);
+    else if (storedLeaves?.present[index] === 1 && !storedLeaves.odd.has(index))
+      storedLeaves.hashes.copy(levels[0]!, index * 32, index * 32, index * 32 + 32);
+  });
   for (let level = 1; level < levels.length; level++) {
     const [below, above] = [levels[level - 1]!, levels[level]!];
     for (let index = 0; index < sizes[level]!; index++) nodeHashAt(below, index * 64).copy(above, index * 32);
@@ -215,14 +220,14 @@ const levelWhole = (stored: StoredLevel, recomputed: Buffer, count: number) =>
  */
 export function auditTree(
   organizationId: string,
-  leafHashes: readonly string[],
+  leafHashes: readonly (string | undefined)[],
   storedNodes: readonly StoredLevel[],
   checkpoints: readonly Checkpoint[],
   keys: readonly PublicJwk[],
 ): Break[] {
   const breaks: Break[] = [];
   const found = (message: string) => breaks.push({ organizationId, message });
-  const recomputed = completeSubtrees(leafHashes);
+  const recomputed = completeSubtrees(leafHashes, storedNodes[0]);
   for (const [level, nodes] of recomputed.entries()) {
     const count = nodes.length / 32;
     const stored = storedNodes[level] ?? emptyLevel(0);

@@ -185,4 +185,27 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       ),
     ]);
   });
+
+  it('names a leaf deleted from the tree and one stored outside it, once each, and no node above the deleted one', async () => {
+    const { rows } = await database.query<{ size: string }>('SELECT size FROM integrity_trees WHERE organization_id = $1', [organization]);
+    const size = Number(rows[0]!.size);
+    await database.query('DELETE FROM integrity_leaves WHERE organization_id = $1 AND leaf_index = 9', [organization]);
+    await database.query(
+      `INSERT INTO integrity_leaves (organization_id, leaf_index, stream_name, version, data_hash, previous_hash, hash)
+       SELECT organization_id, 1000000, stream_name || '-forged', version, data_hash, previous_hash, hash
+       FROM integrity_leaves WHERE organization_id = $1 AND leaf_index = 10`,
+      [organization],
+    );
+
+    const outcome = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl);
+    expect(outcome.code).toBe(1);
+    const lines = outcome.stdout.split('\n');
+    expect(lines.filter((line) => / leaf \d+ is (missing from|outside) the tree/.test(line))).toEqual([
+      `organization ${organization}: leaf 9 is missing from the tree`,
+      `organization ${organization}: leaf 1000000 is outside the tree of ${size} leaves`,
+    ]);
+    // Only the three nodes changed before, and no checkpoint's root: the deleted leaf counts as its stored node.
+    expect(lines.filter((line) => / node at level | no node at level /.test(line))).toHaveLength(3);
+    expect(lines.filter((line) => /root_hash is/.test(line))).toEqual([]);
+  });
 });
