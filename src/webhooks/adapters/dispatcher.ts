@@ -350,8 +350,12 @@ export class WebhookDispatcher {
     }));
     const { rows: recorded } = await this.pool.query<{ ordinal: number }>(
       `WITH outcome AS (
+         -- The LIMIT tells the planner how many rows this is: it takes a set-returning function for
+         -- 100 rows, and then read every delivery ever kept (a sequential scan growing with the log of
+         -- deliveries) rather than look up the few written here by key.
          SELECT * FROM jsonb_to_recordset($1::jsonb) AS o(ordinal int, webhook_id text, commit_position numeric,
            prepare_position numeric, lease uuid, status text, code int, error text, retry_ms float8, succeeded boolean, gone boolean)
+         LIMIT $3
        ), locked AS MATERIALIZED (
          SELECT d.webhook_id, d.commit_position, d.prepare_position FROM webhook_deliveries d JOIN outcome o
            ON (d.webhook_id, d.commit_position, d.prepare_position, d.lease) = (o.webhook_id, o.commit_position, o.prepare_position, o.lease)
@@ -387,7 +391,7 @@ export class WebhookDispatcher {
          FROM webhook k WHERE webhooks.id = k.id
        )
        SELECT ordinal FROM delivery`,
-      [JSON.stringify(rows), this.settings.disableAfterMs],
+      [JSON.stringify(rows), this.settings.disableAfterMs, rows.length],
     );
     this.unrecorded -= outcomes.length;
     this.wake();
