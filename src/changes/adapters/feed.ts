@@ -1,6 +1,6 @@
-import type { GlobalPosition } from '../../eventstore/port.js';
+import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
 import type { Pool } from '../../infra/postgres.js';
-import { changeOf, pageOf, type Change, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
+import { changeOf, pageOf, positionOf, type Change, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
 import { readChanges } from './table.js';
 
 /** How far the projection has got, and a wait for it to move (src/projections/progress.ts). */
@@ -19,6 +19,11 @@ export type FeedProgress = {
  * all woken by the same batch at the same cursor, cost one statement rather than one each, and
  * get the same Change objects (never changed after: each is shown as it is). Only reads begun at
  * the same position are shared, so each still sees every batch its waiter saw.
+ *
+ * A page that held everything there was (not `has_more`) is remembered with the position it was
+ * read at: a waiting call that continues from it (a stream's next turn, a long poll following
+ * `next`) waits for the projection to move past that position before it reads, rather than
+ * reading the nothing it would find first. Every call still reads before it answers.
  */
 export function createChangeFeed(pool: Pool, progress: FeedProgress) {
   const reading = new Map<string, Promise<StoredChange[]>>();
@@ -29,10 +34,12 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
     if (!change) shown.set(row, (change = changeOf(row)));
     return change;
   };
-  const read = (query: ChangeQuery, seen: GlobalPosition): Promise<StoredChange[]> => {
-    const key = JSON.stringify([seen, query.after, query.organizations, query.workspaceId ?? null, query.types, query.limit], (_, value) =>
+  const keyOf = (query: ChangeQuery) =>
+    JSON.stringify([query.after, query.organizations, query.workspaceId ?? null, query.types, query.limit], (_, value) =>
       typeof value === 'bigint' ? value.toString() : (value as unknown),
     );
+  const read = (query: ChangeQuery, seen: GlobalPosition): Promise<StoredChange[]> => {
+    const key = `${seen.commit}/${seen.prepare} ${keyOf(query)}`;
     let rows = reading.get(key);
     if (!rows) {
       rows = readChanges(pool, query).finally(() => reading.delete(key));
@@ -40,14 +47,37 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
     }
     return rows;
   };
+  /** By the query that continues a page that held everything there was: the position it was read at. Oldest first, bounded; one the projection has passed imposes nothing. */
+  const readTo = new Map<string, GlobalPosition>();
+  const remember = (query: ChangeQuery, rows: readonly StoredChange[], seen: GlobalPosition) => {
+    if (rows.length > query.limit) return;
+    const last = rows.at(-1);
+    const key = keyOf({ ...query, after: last ? positionOf(last) : query.after });
+    readTo.delete(key);
+    readTo.set(key, seen);
+    for (const key of readTo.keys()) {
+      if (readTo.size <= rememberedPages) break;
+      readTo.delete(key);
+    }
+  };
   return async (query: ChangeQuery, waitMs: number, signal?: AbortSignal): Promise<ChangePage> => {
     const deadline = performance.now() + waitMs;
+    const known = readTo.get(keyOf(query));
+    if (known !== undefined && waitMs > 0 && comparePositions(progress.current, known) <= 0) {
+      await progress.waitPast(known, waitMs, signal);
+    }
     for (;;) {
       const seen = progress.current;
       const rows = await read(query, seen);
       const remaining = deadline - performance.now();
-      if (rows.length > 0 || remaining <= 0 || signal?.aborted) return pageOf(rows, query, present);
+      if (rows.length > 0 || remaining <= 0 || signal?.aborted) {
+        remember(query, rows, seen);
+        return pageOf(rows, query, present);
+      }
       await progress.waitPast(seen, remaining, signal);
     }
   };
 }
+
+/** Pages remembered as read to the end (see createChangeFeed): more than the streams and long polls open at once. */
+const rememberedPages = 10_000;
