@@ -11,7 +11,16 @@
  * have not read yet, are checked for their hashes only.
  */
 import { availableParallelism } from 'node:os';
-import { auditTree, describeBreak, LogAudit, leafWithoutEvent, type Break, type StoredLeaf, type StoredLevel } from '../integrity/audit.js';
+import {
+  auditTree,
+  describeBreak,
+  LogAudit,
+  leafWithoutEvent,
+  runsWhere,
+  type Break,
+  type StoredLeaf,
+  type StoredLevel,
+} from '../integrity/audit.js';
 import type { Checkpoint, PublicJwk } from '../integrity/checkpoints.js';
 import {
   readCheckpoints,
@@ -21,6 +30,7 @@ import {
   readStoredLevels,
   readTreeProgress,
   readTrees,
+  type TreeLeaves,
 } from '../integrity/adapters/tables.js';
 import { openLogSnapshot, streamSplits, type StreamRange } from '../eventstore/postgres-stream-order.js';
 import type { GlobalPosition } from '../eventstore/port.js';
@@ -48,10 +58,9 @@ const { config, logger } = operatorSetup();
 
 type Tree = {
   organizationId: string;
-  /** By index; a hole where the table lacks a leaf. */
-  leafHashes: (string | undefined)[];
-  /** Indexes of leaves stored outside the tree's size. */
-  outside: number[];
+  /** The size its row gives. */
+  size: number;
+  leaves: TreeLeaves;
   nodes: StoredLevel[];
   checkpoints: Checkpoint[];
 };
@@ -63,9 +72,9 @@ async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; tr
   const keys = await readPublicKeys(client);
   const trees: Tree[] = [];
   for (const { organizationId, size } of await readTrees(client)) {
-    const { hashes, outside } = await readLeafHashes(client, organizationId, size);
-    const nodes = await readStoredLevels(client, organizationId, size);
-    trees.push({ organizationId, leafHashes: hashes, outside, nodes, checkpoints: await readCheckpoints(client, organizationId) });
+    const leaves = await readLeafHashes(client, organizationId, size);
+    const nodes = await readStoredLevels(client, organizationId, leaves.hashes.length);
+    trees.push({ organizationId, size, leaves, nodes, checkpoints: await readCheckpoints(client, organizationId) });
   }
   return { keys, trees };
 }
@@ -166,9 +175,15 @@ try {
   let checkpoints = 0;
   for (const tree of treeData.trees) {
     const found = (message: string) => treeBreaks.push({ organizationId: tree.organizationId, message });
-    for (const [index, hash] of tree.leafHashes.entries()) if (hash === undefined) found(`leaf ${index} is missing from the tree`);
-    for (const index of tree.outside) found(`leaf ${index} is outside the tree of ${tree.leafHashes.length} leaves`);
-    treeBreaks.push(...auditTree(tree.organizationId, tree.leafHashes, tree.nodes, tree.checkpoints, treeData.keys));
+    const { hashes, lastStored, outside } = tree.leaves;
+    if (tree.size > lastStored + 1)
+      found(`the tree's size is ${tree.size}, ${lastStored < 0 ? 'and it holds no leaf' : `its last leaf is ${lastStored}`}`);
+    for (const [first, last] of runsWhere(hashes.length, (index) => hashes[index] === undefined))
+      found(first === last ? `leaf ${first} is missing from the tree` : `leaves ${first} to ${last} are missing from the tree`);
+    for (const index of outside.indexes) found(`leaf ${index} is outside the tree of ${tree.size} leaves`);
+    if (outside.count > outside.indexes.length)
+      found(`${outside.count - outside.indexes.length} more leaves are outside the tree of ${tree.size} leaves`);
+    treeBreaks.push(...auditTree(tree.organizationId, hashes, tree.nodes, tree.checkpoints, treeData.keys));
     checkpoints += tree.checkpoints.length;
   }
   const log = await checkingLog;

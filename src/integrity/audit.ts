@@ -190,7 +190,8 @@ export const levelSizes = (size: number): number[] => {
  * Every complete subtree's hash of the tree of `leafHashes` (RFC 9162), level by level, 32 bytes
  * per node back to back: at level l, index i, the node over leaves [i·2^l, (i+1)·2^l), as
  * appendLeaves makes them one by one. A leaf missing (a hole, reported apart) counts as its stored
- * node at level 0, or zeros without one, so that it does not make every node above it a break too.
+ * node at level 0, so that it does not make every node above it a break too; as zeros when that
+ * node is missing or not a hash's length too (the nodes above it are then breaks).
  */
 function completeSubtrees(leafHashes: readonly (string | undefined)[], storedLeaves: StoredLevel | undefined): Buffer[] {
   const sizes = levelSizes(leafHashes.length);
@@ -232,11 +233,17 @@ export function auditTree(
     const count = nodes.length / 32;
     const stored = storedNodes[level] ?? emptyLevel(0);
     if (levelWhole(stored, nodes, count)) continue;
+    for (const [first, last] of runsWhere(count, (index) => stored.present[index] !== 1))
+      found(
+        first === last
+          ? `the tree has no node at level ${level}, index ${first}`
+          : `the tree has no nodes at level ${level}, indexes ${first} to ${last}`,
+      );
     for (let index = 0; index < count; index++) {
+      if (stored.present[index] !== 1) continue;
       const node = nodes.subarray(index * 32, index * 32 + 32);
-      const hash = stored.present[index] !== 1 ? undefined : (stored.odd.get(index) ?? stored.hashes.subarray(index * 32, index * 32 + 32));
-      if (!hash) found(`the tree has no node at level ${level}, index ${index}`);
-      else if (!hash.equals(node)) {
+      const hash = stored.odd.get(index) ?? stored.hashes.subarray(index * 32, index * 32 + 32);
+      if (!hash.equals(node)) {
         found(`node at level ${level}, index ${index} is ${hash.toString('hex')}, its leaves hash to ${node.toString('hex')}`);
       }
     }
@@ -254,6 +261,21 @@ export function auditTree(
       found(`checkpoint of size ${checkpoint.size}: the signature does not verify with key ${checkpoint.key_id}`);
   }
   return breaks;
+}
+
+/**
+ * The runs of consecutive indexes below `count` where `holds` is true, as [first, last]: a break
+ * that spans a million leaves or nodes (a tree's size forged) is one line, not a million.
+ */
+export function runsWhere(count: number, holds: (index: number) => boolean): [number, number][] {
+  const runs: [number, number][] = [];
+  for (let index = 0; index < count; index++) {
+    if (!holds(index)) continue;
+    const last = runs.at(-1);
+    if (last && last[1] === index - 1) last[1] = index;
+    else runs.push([index, index]);
+  }
+  return runs;
 }
 
 export const describeBreak = (broken: Break) =>

@@ -1,3 +1,4 @@
+import { hash } from 'node:crypto';
 import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
 import type { Pool } from '../../infra/postgres.js';
 import { changeOf, pageOf, positionOf, type Change, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
@@ -47,12 +48,17 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
     }
     return rows;
   };
-  /** By the query that continues a page that held everything there was: the position it was read at. Oldest first, bounded; one the projection has passed imposes nothing. */
+  /**
+   * By the query that continues a page that held everything there was (its key's digest: a
+   * caller of many organizations has a long key): the position it was read at. Oldest first,
+   * bounded; one the projection has passed imposes nothing.
+   */
   const readTo = new Map<string, GlobalPosition>();
+  const digestOf = (query: ChangeQuery) => hash('sha256', keyOf(query), 'base64');
   const remember = (query: ChangeQuery, rows: readonly StoredChange[], seen: GlobalPosition) => {
     if (rows.length > query.limit) return;
     const last = rows.at(-1);
-    const key = keyOf({ ...query, after: last ? positionOf(last) : query.after });
+    const key = digestOf({ ...query, after: last ? positionOf(last) : query.after });
     readTo.delete(key);
     readTo.set(key, seen);
     for (const key of readTo.keys()) {
@@ -62,7 +68,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
   };
   return async (query: ChangeQuery, waitMs: number, signal?: AbortSignal): Promise<ChangePage> => {
     const deadline = performance.now() + waitMs;
-    const known = readTo.get(keyOf(query));
+    const known = readTo.get(digestOf(query));
     if (known !== undefined && waitMs > 0 && comparePositions(progress.current, known) <= 0) {
       await progress.waitPast(known, waitMs, signal);
     }

@@ -229,36 +229,48 @@ export async function readStreamLeaves(pool: Queryable, organizationId: string, 
   return rows.map(toLeaf);
 }
 
+/** What `readLeafHashes` found of a tree's leaves. */
+export type TreeLeaves = {
+  /** By index, up to the tree's size or the last leaf stored, whichever is less; a hole where the table lacks a leaf. */
+  hashes: (string | undefined)[];
+  /** The index of the last leaf stored at or past 0 (-1 for none). */
+  lastStored: number;
+  /** Up to `outsideShown` indexes (as stored, in order) of leaves outside [0, size), and how many there are. */
+  outside: { indexes: string[]; count: number };
+};
+
 /**
- * The hashes of the leaves of an organization's tree of `size`, placed by index (a leaf missing
- * from the table leaves a hole), and the indexes of up to `pastShown` leaves outside it (none in
- * a tree kept by the service). Read in ranges of indexes, each in the order its scan gives and
- * placed here: no page sorted or skipped to in PostgreSQL, whose plan for that, without statistics
- * on the table, sorted every leaf after a page's start for each page (minutes of CPU for a tree
- * of a few million leaves).
+ * The hashes of the leaves of an organization's tree of `size` (as its row says), placed by index.
+ * Read in ranges of indexes, each in the order its scan gives and placed here: no page sorted or
+ * skipped to in PostgreSQL, whose plan for that, without statistics on the table, sorted every
+ * leaf after a page's start for each page (minutes of CPU for a tree of a few million leaves).
+ * Only up to the last leaf stored: a size changed to billions must be one break to report, not
+ * an array the audit cannot hold.
  */
-export async function readLeafHashes(
-  client: Queryable,
-  organizationId: string,
-  size: number,
-): Promise<{ hashes: (string | undefined)[]; outside: number[] }> {
-  const hashes: (string | undefined)[] = Array.from({ length: size }, () => undefined);
-  for (let from = 0; from < size; from += leafRange) {
+export async function readLeafHashes(client: Queryable, organizationId: string, size: number): Promise<TreeLeaves> {
+  const { rows: last } = await client.query<{ last: string | null }>(
+    'SELECT max(leaf_index) AS last FROM integrity_leaves WHERE organization_id = $1 AND leaf_index >= 0',
+    [organizationId],
+  );
+  const lastStored = Number(last[0]?.last ?? -1);
+  const hashes: (string | undefined)[] = Array.from({ length: Math.max(0, Math.min(size, lastStored + 1)) }, () => undefined);
+  for (let from = 0; from < hashes.length; from += leafRange) {
     const { rows } = await client.query<{ leaf_index: string; hash: string }>(
       'SELECT leaf_index, hash FROM integrity_leaves WHERE organization_id = $1 AND leaf_index >= $2 AND leaf_index < $3',
-      [organizationId, from, Math.min(size, from + leafRange)],
+      [organizationId, from, Math.min(hashes.length, from + leafRange)],
     );
     for (const row of rows) hashes[Number(row.leaf_index)] = row.hash;
   }
-  const { rows } = await client.query<{ leaf_index: string }>(
-    `SELECT leaf_index FROM integrity_leaves WHERE organization_id = $1 AND (leaf_index < 0 OR leaf_index >= $2) LIMIT ${pastShown}`,
-    [organizationId, size],
+  const { rows } = await client.query<{ leaf_index: string; count: string }>(
+    `SELECT leaf_index::text, count(*) OVER () AS count FROM integrity_leaves
+     WHERE organization_id = $1 AND (leaf_index < 0 OR leaf_index >= $2) ORDER BY leaf_index LIMIT ${outsideShown}`,
+    [organizationId, Math.max(0, size)],
   );
-  return { hashes, outside: rows.map((row) => Number(row.leaf_index)).sort((a, b) => a - b) };
+  return { hashes, lastStored, outside: { indexes: rows.map((row) => row.leaf_index), count: Number(rows[0]?.count ?? 0) } };
 }
 
-const pastShown = 100;
 const leafRange = 100_000;
+const outsideShown = 100;
 
 /**
  * The leaves of the streams whose names are after `after` and up to `through` (either open when

@@ -150,8 +150,9 @@ export class WebhookDispatcher {
     let busy = false;
     while (!signal.aborted) {
       const spacing = roundStarted + roundSpacingMs - performance.now();
-      // Rejected only by stop(), which ends the loop below.
+      // Rejected only by stop(): the loop ends here then, leasing nothing more.
       if (!busy && spacing > 0) await sleep(spacing, undefined, { signal }).catch(() => undefined);
+      if (signal.aborted) break;
       roundStarted = performance.now();
       const seen = this.progress.current;
       // Ended by new outcomes recorded, and by stop() (which aborts `signal` first).

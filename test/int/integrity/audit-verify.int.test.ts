@@ -208,4 +208,22 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     expect(lines.filter((line) => / node at level | no node at level /.test(line))).toHaveLength(3);
     expect(lines.filter((line) => /root_hash is/.test(line))).toEqual([]);
   });
+
+  it("names a tree's size forged past its leaves once, and each run of leaves and nodes that are not there once", async () => {
+    await database.query(`UPDATE integrity_trees SET size = 1099511627776 WHERE organization_id = $1`, [organization]);
+    const { rows } = await database.query<{ size: string }>(
+      `SELECT max(leaf_index) + 1 AS size FROM integrity_leaves WHERE organization_id = $1 AND leaf_index < 1000000`,
+      [organization],
+    );
+    const size = Number(rows[0]!.size);
+
+    const outcome = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl);
+    expect(outcome.code).toBe(1);
+    const lines = outcome.stdout.split('\n').filter((line) => line.startsWith(`organization ${organization}: `));
+    expect(lines).toContainEqual(`organization ${organization}: the tree's size is 1099511627776, its last leaf is 1000000`);
+    expect(lines).toContainEqual(`organization ${organization}: leaves ${size} to 999999 are missing from the tree`);
+    expect(lines).toContainEqual(`organization ${organization}: the tree has no nodes at level 0, indexes ${size} to 1000000`);
+    // A few lines per level, not one per leaf or node.
+    expect(lines.length).toBeLessThan(60);
+  });
 });

@@ -1,6 +1,6 @@
 import { createHash, generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { auditTree, describeBreak, emptyLevel, levelSizes, storeNode, type StoredLevel } from '../../../src/integrity/audit.js';
+import { auditTree, describeBreak, emptyLevel, levelSizes, runsWhere, storeNode, type StoredLevel } from '../../../src/integrity/audit.js';
 import { signCheckpoint, signingKeyFromPem } from '../../../src/integrity/checkpoints.js';
 import { appendLeaves, lookupIn, rootHash, type MerkleNode } from '../../../src/integrity/merkle.js';
 
@@ -64,5 +64,29 @@ describe('auditTree', () => {
       'organization org_a: the tree has no node at level 0, index 4',
       expect.stringMatching(/^organization org_a: node at level 2, index 1 is (09){31}, its leaves hash to [0-9a-f]{64}$/),
     ]);
+  });
+
+  it('given leaves past the nodes stored and a leaf missing, names each run of missing nodes once, and counts the missing leaf as its stored node', () => {
+    const longer = [...leaves.slice(0, 4), undefined, ...leaves.slice(5), ...leaves];
+    const found = auditTree('org_a', longer, storedLevels(longer.length, nodes), [], []).map(describeBreak);
+    expect(found).toEqual([
+      'organization org_a: the tree has no nodes at level 0, indexes 11 to 21',
+      'organization org_a: the tree has no nodes at level 1, indexes 5 to 10',
+      'organization org_a: the tree has no nodes at level 2, indexes 2 to 4',
+      'organization org_a: the tree has no node at level 3, index 1',
+      'organization org_a: the tree has no node at level 4, index 0',
+    ]);
+  });
+});
+
+describe('runsWhere', () => {
+  it('given indexes that hold alone, in runs and at both ends, then gives each run once as its first and last', () => {
+    const holding = new Set([0, 1, 2, 5, 7, 8, 9]);
+    expect(runsWhere(10, (index) => holding.has(index))).toEqual([
+      [0, 2],
+      [5, 5],
+      [7, 9],
+    ]);
+    expect(runsWhere(3, () => false)).toEqual([]);
   });
 });
