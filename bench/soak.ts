@@ -136,7 +136,7 @@ const figures = {
 };
 
 /** When each fault that may cut an attempt between its sending and its recording began (performance.now()). */
-const cuts: { kind: 'crash' | 'connections lost'; at: number }[] = [];
+const cuts: { kind: 'crash' | 'freeze' | 'connections lost' | 'receiver down'; at: number }[] = [];
 
 let stopping = false;
 const pick = <T>(items: T[]) => items[Math.floor(random() * items.length)]!;
@@ -216,6 +216,8 @@ async function faults(): Promise<void> {
       const leader = await leaderInstance();
       if (!leader) continue;
       flip(leader.instance);
+      // Its attempts out time out as it resumes, before it reads the answers that came meanwhile: those are sent again.
+      cuts.push({ kind: 'freeze', at: performance.now() });
       await leader.instance.signal('SIGSTOP');
       figures.freezes += 1;
       const frozenAt = performance.now();
@@ -243,6 +245,8 @@ async function faults(): Promise<void> {
       await sleep(outageMs);
       await proxy.open();
     } else if (kind === 'receiver') {
+      // A delivery the receiver noted just before it went down may have lost its answer with the connection: the service then sends it again.
+      cuts.push({ kind: 'receiver down', at: performance.now() });
       figures.receiverOutages += 1;
       await receiver.down(outageMs);
     } else {
@@ -355,7 +359,7 @@ async function deliveriesSettled(changeIds: string[]): Promise<{ rows: [string, 
   for (const webhookPath of webhookPaths) {
     const times = receivedBy(webhookPath);
     const lost = changeIds.filter((id) => !times.has(id)).length;
-    const repeats = { crash: 0, 'connections lost': 0, unexplained: 0 };
+    const repeats = { crash: 0, freeze: 0, 'connections lost': 0, 'receiver down': 0, unexplained: 0 };
     for (const at of times.values()) {
       for (let i = 1; i < at.length; i++) {
         const cause = cuts.findLast((cut) => cut.at >= at[i - 1]! - webhookTimeoutMs && cut.at <= at[i]!);
@@ -365,8 +369,9 @@ async function deliveriesSettled(changeIds: string[]): Promise<{ rows: [string, 
     const deliveries = [...times.values()].reduce((sum, at) => sum + at.length, 0);
     rows.push([
       `webhook ${webhookPath}`,
-      `${deliveries} deliveries of ${times.size} changes, ${lost} lost; repeated (same webhook-id): ${repeats.crash} after a kill -9, ` +
-        `${repeats['connections lost']} after lost database connections, ${repeats.unexplained} with neither`,
+      `${deliveries} deliveries of ${times.size} changes, ${lost} lost; repeated (same webhook-id): ${repeats.crash} after a kill -9, ${repeats.freeze} after a freeze, ` +
+        `${repeats['connections lost']} after lost database connections, ${repeats['receiver down']} after the receiver went down, ` +
+        `${repeats.unexplained} with none of these`,
     ]);
     if (lost > 0 || repeats.unexplained > 0) failed = true;
   }

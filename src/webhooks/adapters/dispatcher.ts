@@ -98,8 +98,9 @@ type Outcome = {
  *   a slow receiver holds back only its own record's next changes. The outcomes that finish
  *   while a statement records the previous ones are recorded together by the next, each only
  *   under its own lease id. An instance killed mid-attempt leaves the lease to run out: the attempt
- *   is made again, with the same `webhook-id` (the change's id), and that is the only way one is
- *   made twice.
+ *   is made again, with the same `webhook-id` (the change's id). That, an instance frozen
+ *   mid-attempt past the attempt's timeout (it counts the answer that came meanwhile as none), and
+ *   an outcome lost with the database connection are the only ways one is made twice.
  *
  * The enqueueing, leasing and recording statements run unnamed, planned at each call: prepared,
  * PostgreSQL moved to generic plans for them after five calls, and its CPU per create rose tenfold
