@@ -1,5 +1,6 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createChangeFeed } from '../../../src/changes/adapters/feed.js';
+import { createChangeFeed, type FeedProgress } from '../../../src/changes/adapters/feed.js';
 import { decodeCursor } from '../../../src/changes/cursor.js';
 import { changeTypes } from '../../../src/changes/feed.js';
 import type { Pool } from '../../../src/infra/postgres.js';
@@ -64,5 +65,23 @@ describe('long polls at one cursor', () => {
     }
     // One read per change (a batch the projector splits, or a checkpoint's poll, may add one); reading first made it two.
     expect(statements).toBeLessThanOrEqual(7);
+  });
+
+  it('still reads before answering when the projection it knows of has not moved: a change another instance projected is in the page (contract §14)', async () => {
+    stack.runner().start();
+    // This instance has heard of no batch since its last page: its progress stays where it was.
+    const frozen = stack.progress.current;
+    const unmoved: FeedProgress = { current: frozen, waitPast: async (_, timeoutMs) => (await sleep(timeoutMs), false) };
+    const feed = createChangeFeed(stack.pool, unmoved);
+    const query = { organizations: ['org_elsewhere'], workspaceId: undefined, types: [...changeTypes], limit: 100 };
+    const empty = await feed({ ...query, after: frozen }, 0);
+    expect(empty.items).toEqual([]);
+    const writer = new RecordWriter('elsewhere', 'org_elsewhere', seededRandom(13));
+    const next = writer.next();
+    const appended = await stack.store.append(next.streamName, next.expectedVersion, next.events);
+    expect(await stack.progress.waitFor(appended.position, 10_000)).toBe(true);
+    // Continuing from a page read to the end, it waits for a move it never hears of, then reads.
+    const page = await feed({ ...query, after: decodeCursor(empty.next)! }, 200);
+    expect(page.items.map((change) => change.type)).toEqual(['WorkspaceCreated']);
   });
 });
