@@ -54,12 +54,20 @@ export class LogAudit {
     for (const stream of this.streams.values()) stream.leaves.sort(byVersion);
   }
 
+  /**
+   * The stream last looked up: read by stream from PostgreSQL, nearly every event is of the same
+   * stream as the one before, and comparing the names costs less than hashing one for the map.
+   */
+  private last: { streamName: string; stream: StreamAudit } | undefined;
+
   private stream(streamName: string): StreamAudit {
+    if (this.last?.streamName === streamName) return this.last.stream;
     let stream = this.streams.get(streamName);
     if (!stream) {
       stream = { version: 0, head: zeroHash, leaves: [], next: 0 };
       this.streams.set(streamName, stream);
     }
+    this.last = { streamName, stream };
     return stream;
   }
 

