@@ -1,38 +1,33 @@
 /**
  * A worker thread of `npm run audit:verify` (src/cli/audit-verify.ts) with events in PostgreSQL:
- * checks the streams of one range of names, their events from the log's snapshot against their
- * leaves from the trees' snapshot. It tells the main thread once it has joined both snapshots (the
- * main thread may then end the transactions that exported them), then what it found.
+ * checks the streams of one range of names, each event with its leaf, joined by PostgreSQL as it
+ * reads the log, in the log's snapshot; then names the leaves of the range no event met. It tells
+ * the main thread once it has joined the snapshot (the main thread may then end the transaction
+ * that exported it), then what it found.
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import pg from 'pg';
 import { joinLogSnapshot, readLogPart, type LogSnapshot, type StreamRange } from '../eventstore/postgres-stream-order.js';
 import type { GlobalPosition } from '../eventstore/port.js';
-import { connectionSettings, joinSnapshot } from '../infra/postgres.js';
-import { readRangeLeaves } from '../integrity/adapters/tables.js';
-import { LogAudit, type Break, type StoredLeaf } from '../integrity/audit.js';
+import { connectionSettings } from '../infra/postgres.js';
+import { leavesBeside, leafBeside, leavesWithoutEvent } from '../integrity/adapters/tables.js';
+import { StreamOrderAudit, type Break, type StoredLeaf } from '../integrity/audit.js';
 
-export type LogPartTask = { databaseUrl: string; treeSnapshotId: string; treeEnd: GlobalPosition; log: LogSnapshot; range: StreamRange };
+export type LogPartTask = { databaseUrl: string; treeEnd: GlobalPosition; log: LogSnapshot; range: StreamRange };
 export type LogPartMessage = { kind: 'joined' } | { kind: 'checked'; breaks: Break[]; unmatched: StoredLeaf[]; events: number };
 
 const task = workerData as LogPartTask;
 const tell = (message: LogPartMessage) => parentPort!.postMessage(message);
-const connect = async () => {
-  const client = new pg.Client({ connectionString: task.databaseUrl, ...connectionSettings });
-  await client.connect();
-  return client;
-};
 
-const [treeClient, logClient] = await Promise.all([connect(), connect()]);
-await joinSnapshot(treeClient, task.treeSnapshotId);
-await joinLogSnapshot(logClient, task.log);
+const client = new pg.Client({ connectionString: task.databaseUrl, ...connectionSettings });
+await client.connect();
+await joinLogSnapshot(client, task.log);
 tell({ kind: 'joined' });
-const audit = new LogAudit(await readRangeLeaves(treeClient, task.range), task.treeEnd);
-await treeClient.query('COMMIT');
-await treeClient.end();
+const audit = new StreamOrderAudit(task.treeEnd);
 const breaks: Break[] = [];
-await readLogPart(logClient, task.log, task.range, async (pages) => {
-  for await (const events of pages) for (const event of events) breaks.push(...audit.check(event));
+const unmatched = await readLogPart(client, task.log, task.range, leavesBeside, async (pages) => {
+  for await (const page of pages) for (const { event, row } of page) breaks.push(...audit.check(event, leafBeside(event, row)));
+  return leavesWithoutEvent(client, task.log, task.range, audit.matched);
 });
-await logClient.end();
-tell({ kind: 'checked', breaks, unmatched: audit.unmatchedLeaves(), events: audit.events });
+await client.end();
+tell({ kind: 'checked', breaks, unmatched, events: audit.events });

@@ -83,14 +83,12 @@ type LogOutcome = { breaks: Break[]; unmatched: StoredLeaf[]; events: number };
 
 /**
  * The log in PostgreSQL, checked by a worker thread per core, each the streams of one range of
- * names, read in one snapshot of the log (and their leaves in the trees' snapshot, `treeSnapshotId`):
- * hashing the events is most of the work. Resolves once every worker has joined both snapshots
- * (`joined`, after which their exporting transactions may end), then with what they found, in
- * the log's stream order.
+ * names with their leaves, read in one snapshot of the log, taken after the trees': hashing the
+ * events is most of the work. Resolves once every worker has joined the snapshot (`joined`, after
+ * which its exporting transaction may end), then with what they found, in the log's stream order.
  */
 async function checkPostgresLog(
   connection: OperatorConnection,
-  treeSnapshotId: string,
   treeEnd: GlobalPosition,
 ): Promise<{ joined: Promise<void>; outcome: Promise<LogOutcome> }> {
   const client = await connection.pool.connect();
@@ -98,7 +96,7 @@ async function checkPostgresLog(
   const splits = await streamSplits(client, log, availableParallelism());
   const ranges: StreamRange[] = [...splits, undefined].map((through, part) => ({ after: splits[part - 1], through }));
   const parts = ranges.map((range) => {
-    const task: LogPartTask = { databaseUrl: connection.databaseUrl, treeSnapshotId, treeEnd, log, range };
+    const task: LogPartTask = { databaseUrl: connection.databaseUrl, treeEnd, log, range };
     const worker = startWorkerBeside(import.meta.url, 'audit-log-part', task);
     let joined: () => void;
     return {
@@ -154,15 +152,15 @@ try {
   let checkingLog: Promise<LogOutcome>;
   try {
     await treeClient.query('BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY');
-    const { rows } = await treeClient.query<{ snapshot_id: string }>('SELECT pg_export_snapshot() AS snapshot_id');
+    // The transaction's first statement takes its snapshot: the trees' one, before the log's.
     const treeEnd = await readTreeProgress(treeClient);
     if (config.eventStoreUrl) {
       const leaves = await readRangeLeaves(treeClient, {});
       checkingLog = Promise.resolve().then(() => checkLogInOrder(connection!, leaves, treeEnd));
     } else {
-      const { joined, outcome } = await checkPostgresLog(connection, rows[0]!.snapshot_id, treeEnd);
+      const { joined, outcome } = await checkPostgresLog(connection, treeEnd);
       checkingLog = outcome;
-      // Ended with the transaction exporting the snapshot below: the workers must join it first.
+      // A worker that cannot join the log's snapshot fails here, before the trees are read.
       await joined;
     }
     treeData = await readTreeData(treeClient);

@@ -22,7 +22,7 @@ const bufferedBytes = 4 * 1024 * 1024;
 export async function readLogByStream<T>(client: pg.ClientBase, consume: (log: StreamOrderedLog) => Promise<T>): Promise<T> {
   const { boundary, end } = await beginLogSnapshot(client);
   await client.query('SET LOCAL enable_sort = off');
-  const result = await consume({ end, pages: recordedEvents(copyLog(client, boundary, {})) });
+  const result = await consume({ end, pages: copyRows(copyLog(client, boundary, {}), fieldsPerEvent, recordedEvent) });
   await client.query('COMMIT');
   return result;
 }
@@ -69,19 +69,71 @@ const sampledEvents = 20_000;
 /** Begins a transaction on another connection in the log's snapshot, for `readLogPart`. */
 export async function joinLogSnapshot(client: pg.ClientBase, snapshot: LogSnapshot): Promise<void> {
   await joinSnapshot(client, snapshot.snapshotId);
-  await client.query('SET LOCAL enable_sort = off');
+  // The parts already read in parallel, one per core: a part read by several processes (a
+  // parallel plan of the join in readLogPart) took about twice the CPU for the same rows.
+  await client.query('SET LOCAL enable_sort = off; SET LOCAL max_parallel_workers_per_gather = 0');
 }
 
-/** Reads the streams of `range` from the log, stream by stream, in the transaction `joinLogSnapshot` began, and ends it. */
+/**
+ * A table whose rows stand for events, one per (stream_name, version) at most (a unique key on
+ * the two), read beside the log: `columns` of the row an event has, as text.
+ */
+export type RowsBeside = { table: string; columns: readonly string[] };
+
+/** An event of the log with the text of the `RowsBeside` columns of its row, all null when it has none. */
+export type EventWithRow = { event: RecordedEvent; row: (string | null)[] };
+
+/**
+ * Reads the streams of `range` from the log, stream by stream, each event with its row of
+ * `beside` (joined by PostgreSQL as it reads, in the same snapshot), in the transaction
+ * `joinLogSnapshot` began, and ends it. `consume` may query on `client` once it has read the
+ * pages: it is still in the snapshot then (`rowsWithoutEvent`).
+ */
 export async function readLogPart<T>(
   client: pg.ClientBase,
   snapshot: LogSnapshot,
   range: StreamRange,
-  consume: (pages: AsyncIterable<RecordedEvent[]>) => Promise<T>,
+  beside: RowsBeside,
+  consume: (pages: AsyncIterable<EventWithRow[]>) => Promise<T>,
 ): Promise<T> {
-  const result = await consume(recordedEvents(copyLog(client, snapshot.boundary, range)));
+  const copy = copyLog(client, snapshot.boundary, range, beside);
+  const extra = beside.columns.length;
+  const result = await consume(copyRows(copy, fieldsPerEvent + extra, (buffer, at) => eventWithRow(buffer, at, extra)));
   await client.query('COMMIT');
   return result;
+}
+
+/**
+ * The rows of `beside` in `range` that no event of the snapshot below its boundary has, given
+ * that `joined` of the events read had one: none without a query beyond a count when every row
+ * was met (each row has one event at most and each event one row, so the counts tell). Each row
+ * as its stream, version and `beside.columns`, as text. In the transaction `readLogPart` reads in.
+ */
+export async function rowsWithoutEvent(
+  client: pg.ClientBase,
+  snapshot: LogSnapshot,
+  range: StreamRange,
+  beside: RowsBeside,
+  joined: number,
+): Promise<{ streamName: string; version: string; row: (string | null)[] }[]> {
+  const bounds = rangeConditions(client, range, 'b.');
+  const { rows: counted } = await client.query<{ count: string }>(
+    `SELECT count(*) AS count FROM ${beside.table} b WHERE ${bounds.join(' AND ') || 'true'}`,
+  );
+  if (Number(counted[0]!.count) === joined) return [];
+  const { rows } = await client.query<(string | null)[]>({
+    rowMode: 'array',
+    text: `SELECT b.stream_name, b.version::text, ${beside.columns.map((column) => `b.${column}::text`).join(', ')} FROM ${beside.table} b
+           WHERE ${[...bounds, 'true'].join(' AND ')} AND NOT EXISTS (
+             SELECT 1 FROM es_events e WHERE e.stream_name = b.stream_name AND e.version = b.version
+               AND e.transaction_id < '${BigInt(snapshot.boundary)}'::xid8)
+           ORDER BY b.stream_name, b.version`,
+  });
+  return rows.map(([streamName, version, ...row]) => ({
+    streamName: streamName!,
+    version: version!,
+    row,
+  }));
 }
 
 /** Opens the read-only transaction whose snapshot's xmin is the boundary, and finds the end below it. */
@@ -95,16 +147,28 @@ async function beginLogSnapshot(client: pg.ClientBase): Promise<{ boundary: stri
   return { boundary, end };
 }
 
-/** The COPY of the log's events below `boundary` in `range`, in primary-key order (sorting is off in the transaction). */
-function copyLog(client: pg.ClientBase, boundary: string, range: StreamRange): Readable {
-  const names = [
-    ...(range.after === undefined ? [] : [`stream_name > ${client.escapeLiteral(range.after)}`]),
-    ...(range.through === undefined ? [] : [`stream_name <= ${client.escapeLiteral(range.through)}`]),
+/** The conditions on `stream_name` (of the table `prefix` names) that keep to `range`. */
+function rangeConditions(client: pg.ClientBase, range: StreamRange, prefix = ''): string[] {
+  return [
+    ...(range.after === undefined ? [] : [`${prefix}stream_name > ${client.escapeLiteral(range.after)}`]),
+    ...(range.through === undefined ? [] : [`${prefix}stream_name <= ${client.escapeLiteral(range.through)}`]),
   ];
+}
+
+/**
+ * The COPY of the log's events below `boundary` in `range`, in primary-key order (sorting is off
+ * in the transaction), each with its row of `beside` when given.
+ */
+function copyLog(client: pg.ClientBase, boundary: string, range: StreamRange, beside?: RowsBeside): Readable {
+  const conditions = [`e.transaction_id < '${BigInt(boundary)}'::xid8`, ...rangeConditions(client, range, 'e.')];
+  const besideColumns = beside ? beside.columns.map((column) => `, b.${column}::text`).join('') : '';
+  // The range again on the rows beside: their index scan then starts at the range, not at the first row.
+  const besideConditions = ['b.stream_name = e.stream_name', 'b.version = e.version', ...rangeConditions(client, range, 'b.')];
+  const join = beside ? `LEFT JOIN ${beside.table} b ON ${besideConditions.join(' AND ')}` : '';
   return client.query(
     copyTo(
-      `COPY (SELECT transaction_id, position, stream_name, version, event_id::text, type, data::text, metadata::text
-             FROM es_events WHERE ${[`transaction_id < '${BigInt(boundary)}'::xid8`, ...names].join(' AND ')} ORDER BY stream_name, version)
+      `COPY (SELECT e.transaction_id, e.position, e.stream_name, e.version, e.event_id::text, e.type, e.data::text, e.metadata::text${besideColumns}
+             FROM es_events e ${join} WHERE ${conditions.join(' AND ')} ORDER BY e.stream_name, e.version)
        TO STDOUT (FORMAT binary)`,
       { highWaterMark: bufferedBytes },
     ),
@@ -139,10 +203,11 @@ async function warmCache(client: pg.ClientBase): Promise<void> {
 
 /** PGCOPY\n\377\r\n\0, then flags and the length of a header extension (both 32-bit). */
 const headerBytes = 19;
-const fieldsPerRow = 8;
+/** The fields of an event in copyLog's SELECT, before any of `beside`. */
+const fieldsPerEvent = 8;
 
-/** The rows of the binary COPY as RecordedEvents, a page per chunk received. */
-async function* recordedEvents(copy: Readable): AsyncGenerator<RecordedEvent[]> {
+/** The rows of the binary COPY of `fieldsPerRow` fields, each as `decode` makes it, a page per chunk received. */
+async function* copyRows<T>(copy: Readable, fieldsPerRow: number, decode: (buffer: Buffer, at: number) => T): AsyncGenerator<T[]> {
   let rest: Buffer | undefined;
   let headerSkipped = false;
   for await (const chunk of copy as AsyncIterable<Buffer>) {
@@ -156,11 +221,11 @@ async function* recordedEvents(copy: Readable): AsyncGenerator<RecordedEvent[]> 
       at = headerBytes + buffer.readUInt32BE(headerBytes - 4);
       headerSkipped = true;
     }
-    const page: RecordedEvent[] = [];
+    const page: T[] = [];
     for (;;) {
-      const next = rowEnd(buffer, at);
+      const next = rowEnd(buffer, at, fieldsPerRow);
       if (next === undefined) break;
-      page.push(recordedEvent(buffer, at + 2));
+      page.push(decode(buffer, at + 2));
       at = next;
     }
     rest = at < buffer.length ? buffer.subarray(at) : undefined;
@@ -169,7 +234,7 @@ async function* recordedEvents(copy: Readable): AsyncGenerator<RecordedEvent[]> 
 }
 
 /** Where the row starting at `at` ends, when all of it has arrived; undefined too at the trailer (-1 fields). */
-function rowEnd(buffer: Buffer, at: number): number | undefined {
+function rowEnd(buffer: Buffer, at: number, fieldsPerRow: number): number | undefined {
   if (buffer.length - at < 2) return undefined;
   const fields = buffer.readInt16BE(at);
   if (fields === -1) return undefined;
@@ -182,9 +247,23 @@ function rowEnd(buffer: Buffer, at: number): number | undefined {
   return end <= buffer.length ? end : undefined;
 }
 
+/** An event and, after its fields, `count` fields as text (null for a length of -1: no row beside it). */
+function eventWithRow(buffer: Buffer, at: number, count: number): EventWithRow {
+  const event = recordedEvent(buffer, at);
+  let start = at;
+  for (let field = 0; field < fieldsPerEvent; field++) start += 4 + buffer.readInt32BE(start);
+  const row: (string | null)[] = [];
+  for (let field = 0; field < count; field++) {
+    const length = buffer.readInt32BE(start);
+    row.push(length < 0 ? null : buffer.toString('utf8', start + 4, start + 4 + length));
+    start += 4 + Math.max(0, length);
+  }
+  return { event, row };
+}
+
 /**
- * One row's fields, in the SELECT's order, each a 32-bit length and its bytes; none is null (the
- * columns are NOT NULL). Straight-line code: this runs once per event of the log.
+ * One row's event fields, in the SELECT's order, each a 32-bit length and its bytes; none is null
+ * (the columns are NOT NULL). Straight-line code: this runs once per event of the log.
  */
 function recordedEvent(buffer: Buffer, at: number): RecordedEvent {
   const commit = unsigned64(buffer, at + 4);

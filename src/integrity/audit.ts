@@ -16,20 +16,19 @@ export type Break = { organizationId?: string | undefined; streamName?: string; 
 export type StoredLeaf = { organizationId: string; leafIndex: number; streamName: string; version: bigint; hash: string };
 
 /**
- * What the audit knows of a stream: the last version seen (any event's; a number, as versions are
- * far below 2^53, so that following it allocates nothing), the last chained event's hash, and its
- * leaves by version (as places in LogAudit's list), with the next one its events should meet
- * (they come in order).
+ * What the audit knows of a stream: its chain (the version a number, as versions are far below
+ * 2^53, so that following it allocates nothing), and its leaves by version (as places in
+ * LogAudit's list), with the next one its events should meet (they come in order).
  */
-type StreamAudit = { version: number; head: string; leaves: number[]; next: number };
+type StreamAudit = StreamChain & { leaves: number[]; next: number };
 
 /** What check finds in an event with nothing wrong: shared, as that is nearly every event. */
 const noBreaks: readonly Break[] = Object.freeze([]);
 
 /**
- * Follows the log, each stream's events in order, one event at a time, against the trees' leaves.
- * This runs for every event of the log: what it keeps per event is a flag, and an event with
- * nothing wrong allocates little beyond its hashes.
+ * Follows the log in global order (from EventStoreDB), each stream's events in order, one event
+ * at a time, against the trees' leaves. This runs for every event of the log: what it keeps per
+ * event is a flag, and an event with nothing wrong allocates little beyond its hashes.
  */
 export class LogAudit {
   private readonly leaves: StoredLeaf[];
@@ -54,20 +53,12 @@ export class LogAudit {
     for (const stream of this.streams.values()) stream.leaves.sort(byVersion);
   }
 
-  /**
-   * The stream last looked up: read by stream from PostgreSQL, nearly every event is of the same
-   * stream as the one before, and comparing the names costs less than hashing one for the map.
-   */
-  private last: { streamName: string; stream: StreamAudit } | undefined;
-
   private stream(streamName: string): StreamAudit {
-    if (this.last?.streamName === streamName) return this.last.stream;
     let stream = this.streams.get(streamName);
     if (!stream) {
       stream = { version: 0, head: zeroHash, leaves: [], next: 0 };
       this.streams.set(streamName, stream);
     }
-    this.last = { streamName, stream };
     return stream;
   }
 
@@ -96,26 +87,67 @@ export class LogAudit {
     const stream = this.stream(event.streamName);
     const place = this.leafOf(stream, event.version);
     const leaf = place === undefined ? undefined : this.leaves[place]!;
-    const found = new Findings(event, leaf);
-    const version = Number(event.version);
-    if (version !== stream.version + 1)
-      found.add(`follows version ${stream.version}: ${version > stream.version ? 'an event before it is missing' : 'it is out of place'}`);
-    stream.version = version;
-    if (!isChained(event)) return found.breaks;
-    this.events += 1;
-    const hash = checkHashes(event, stream.head, found);
-    if (leaf) {
-      this.matched[place!] = 1;
-      if (leaf.hash !== hash) found.add(`leaf ${leaf.leafIndex} of the tree holds ${leaf.hash}, the event's hash is ${hash}`);
-    } else if (comparePositions(event.position, this.treeEnd) <= 0) found.add('the tree has no leaf for this event');
-    stream.head = hash;
-    return found.breaks;
+    const checked = checkEvent(event, stream, leaf, this.treeEnd);
+    if (checked.chained) this.events += 1;
+    if (checked.chained && leaf) this.matched[place!] = 1;
+    return checked.breaks;
   }
 
   /** The leaves no event of the log matched (in the order given), each a break: `leafWithoutEvent`. */
   unmatchedLeaves(): StoredLeaf[] {
     return this.leaves.filter((_, place) => this.matched[place] !== 1);
   }
+}
+
+/**
+ * Follows the log read stream by stream (each stream's events together, in order), each event
+ * with its leaf as the reader found it: only the stream in hand is remembered, and the leaves are
+ * never held. Which leaves no event met is for the reader to find: `matched` counts those met.
+ */
+export class StreamOrderAudit {
+  private current: { streamName: string; chain: StreamChain } | undefined;
+  events = 0;
+  matched = 0;
+
+  constructor(private readonly treeEnd: GlobalPosition) {}
+
+  check(event: RecordedEvent, leaf: StoredLeaf | undefined): readonly Break[] {
+    if (this.current?.streamName !== event.streamName)
+      this.current = { streamName: event.streamName, chain: { version: 0, head: zeroHash } };
+    const checked = checkEvent(event, this.current.chain, leaf, this.treeEnd);
+    if (checked.chained) this.events += 1;
+    if (checked.chained && leaf) this.matched += 1;
+    return checked.breaks;
+  }
+}
+
+/** Where a stream's chain is: the last version seen (any event's) and the last chained event's hash. */
+type StreamChain = { version: number; head: string };
+
+/**
+ * One event against the one before it in its stream (`chain`, moved on to it) and its leaf:
+ * its place in the stream, its hashes, and its leaf's hash, or that it has no leaf though the
+ * trees have read past it (`treeEnd`). `chained`: whether the hash chain covers it (the events
+ * of another program are only checked for their place).
+ */
+function checkEvent(
+  event: RecordedEvent,
+  chain: StreamChain,
+  leaf: StoredLeaf | undefined,
+  treeEnd: GlobalPosition,
+): { breaks: readonly Break[]; chained: boolean } {
+  const found = new Findings(event, leaf);
+  const version = Number(event.version);
+  if (version !== chain.version + 1)
+    found.add(`follows version ${chain.version}: ${version > chain.version ? 'an event before it is missing' : 'it is out of place'}`);
+  chain.version = version;
+  if (!isChained(event)) return { breaks: found.breaks, chained: false };
+  const hash = checkHashes(event, chain.head, found);
+  if (leaf) {
+    if (leaf.hash !== hash) found.add(`leaf ${leaf.leafIndex} of the tree holds ${leaf.hash}, the event's hash is ${hash}`);
+  } else if (comparePositions(event.position, treeEnd) <= 0) found.add('the tree has no leaf for this event');
+  chain.head = hash;
+  return { breaks: found.breaks, chained: true };
 }
 
 /** What is wrong with one event, if anything: the array is made at the first break. */

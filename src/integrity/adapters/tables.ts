@@ -1,4 +1,6 @@
+import type pg from 'pg';
 import type { GlobalPosition } from '../../eventstore/port.js';
+import { rowsWithoutEvent, type LogSnapshot, type RowsBeside, type StreamRange } from '../../eventstore/postgres-stream-order.js';
 import { lockKeys } from '../../infra/lock-keys.js';
 import type { Pool, PoolClient } from '../../infra/postgres.js';
 import type { Checkpoint, PublicJwk } from '../checkpoints.js';
@@ -296,6 +298,35 @@ export async function readRangeLeaves(
     streamName: row.stream_name,
     version: BigInt(row.version),
     hash: row.hash,
+  }));
+}
+
+/** The leaves as audit:verify's log reader takes them beside the events (readLogPart). */
+export const leavesBeside: RowsBeside = { table: 'integrity_leaves', columns: ['organization_id', 'leaf_index', 'hash'] };
+
+/** The leaf of `event` from its row of `leavesBeside`, if it has one. */
+export function leafBeside(
+  event: { streamName: string; version: bigint },
+  [organizationId, leafIndex, hash]: (string | null)[],
+): StoredLeaf | undefined {
+  if (organizationId == null || leafIndex == null || hash == null) return undefined;
+  return { organizationId, leafIndex: Number(leafIndex), streamName: event.streamName, version: event.version, hash };
+}
+
+/** The leaves of `range` no event of the log's snapshot has, given that `matched` of the events read met one (rowsWithoutEvent). */
+export async function leavesWithoutEvent(
+  client: pg.ClientBase,
+  log: LogSnapshot,
+  range: StreamRange,
+  matched: number,
+): Promise<StoredLeaf[]> {
+  const rows = await rowsWithoutEvent(client, log, range, leavesBeside, matched);
+  return rows.map(({ streamName, version, row: [organizationId, leafIndex, hash] }) => ({
+    organizationId: organizationId ?? '',
+    leafIndex: Number(leafIndex),
+    streamName,
+    version: BigInt(version),
+    hash: hash ?? '',
   }));
 }
 
