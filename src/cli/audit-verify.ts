@@ -73,7 +73,7 @@ async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; tr
   const trees: Tree[] = [];
   for (const { organizationId, size } of await readTrees(client)) {
     const leaves = await readLeafHashes(client, organizationId, size);
-    const nodes = await readStoredLevels(client, organizationId, leaves.hashes.length);
+    const nodes = await readStoredLevels(client, organizationId, leaves.hashes.present.length);
     trees.push({ organizationId, size, leaves, nodes, checkpoints: await readCheckpoints(client, organizationId) });
   }
   return { keys, trees };
@@ -176,7 +176,7 @@ try {
     const { hashes, lastStored, outside } = tree.leaves;
     if (tree.size > lastStored + 1)
       found(`the tree's size is ${tree.size}, ${lastStored < 0 ? 'and it holds no leaf' : `its last leaf is ${lastStored}`}`);
-    for (const [first, last] of runsWhere(hashes.length, (index) => hashes[index] === undefined))
+    for (const [first, last] of runsWhere(hashes.present.length, (index) => hashes.present[index] !== 1))
       found(first === last ? `leaf ${first} is missing from the tree` : `leaves ${first} to ${last} are missing from the tree`);
     for (const index of outside.indexes) found(`leaf ${index} is outside the tree of ${tree.size} leaves`);
     if (outside.count > outside.indexes.length)

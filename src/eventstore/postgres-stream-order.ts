@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import type pg from 'pg';
-import { to as copyTo } from 'pg-copy-streams';
+import { copyOut, copyRows } from '../infra/binary-copy.js';
 import { joinSnapshot } from '../infra/postgres.js';
 import type { GlobalPosition, RecordedEvent, StreamOrderedLog } from './port.js';
 
@@ -12,12 +12,9 @@ import type { GlobalPosition, RecordedEvent, StreamOrderedLog } from './port.js'
  * (transaction id, position) among them: a reader in global order continues from there and meets
  * exactly the events this read could not see, none twice.
  *
- * The events come in primary-key order (stream_name, version) through `COPY … TO STDOUT` in
- * binary: no sort (a sort of the whole log would spill it to disk), no text escapes to undo, and
- * no per-row protocol objects. At most `bufferedBytes` wait in Node for the consumer; beyond that
- * the socket, then PostgreSQL, waits.
+ * The events come in primary-key order (stream_name, version) through a binary `COPY … TO
+ * STDOUT` (src/infra/binary-copy.ts): no sort (a sort of the whole log would spill it to disk).
  */
-const bufferedBytes = 4 * 1024 * 1024;
 
 export async function readLogByStream<T>(client: pg.ClientBase, consume: (log: StreamOrderedLog) => Promise<T>): Promise<T> {
   const { boundary, end } = await beginLogSnapshot(client);
@@ -165,13 +162,10 @@ function copyLog(client: pg.ClientBase, boundary: string, range: StreamRange, be
   // The range again on the rows beside: their index scan then starts at the range, not at the first row.
   const besideConditions = ['b.stream_name = e.stream_name', 'b.version = e.version', ...rangeConditions(client, range, 'b.')];
   const join = beside ? `LEFT JOIN ${beside.table} b ON ${besideConditions.join(' AND ')}` : '';
-  return client.query(
-    copyTo(
-      `COPY (SELECT e.transaction_id, e.position, e.stream_name, e.version, e.event_id::text, e.type, e.data::text, e.metadata::text${besideColumns}
-             FROM es_events e ${join} WHERE ${conditions.join(' AND ')} ORDER BY e.stream_name, e.version)
-       TO STDOUT (FORMAT binary)`,
-      { highWaterMark: bufferedBytes },
-    ),
+  return copyOut(
+    client,
+    `SELECT e.transaction_id, e.position, e.stream_name, e.version, e.event_id::text, e.type, e.data::text, e.metadata::text${besideColumns}
+     FROM es_events e ${join} WHERE ${conditions.join(' AND ')} ORDER BY e.stream_name, e.version`,
   );
 }
 
@@ -201,51 +195,8 @@ async function warmCache(client: pg.ClientBase): Promise<void> {
   if (rows[0]!.fits) await client.query('SELECT sum(octet_length(type)) FROM es_events');
 }
 
-/** PGCOPY\n\377\r\n\0, then flags and the length of a header extension (both 32-bit). */
-const headerBytes = 19;
 /** The fields of an event in copyLog's SELECT, before any of `beside`. */
 const fieldsPerEvent = 8;
-
-/** The rows of the binary COPY of `fieldsPerRow` fields, each as `decode` makes it, a page per chunk received. */
-async function* copyRows<T>(copy: Readable, fieldsPerRow: number, decode: (buffer: Buffer, at: number) => T): AsyncGenerator<T[]> {
-  let rest: Buffer | undefined;
-  let headerSkipped = false;
-  for await (const chunk of copy as AsyncIterable<Buffer>) {
-    const buffer = rest ? Buffer.concat([rest, chunk]) : chunk;
-    let at = 0;
-    if (!headerSkipped) {
-      if (buffer.length < headerBytes) {
-        rest = buffer;
-        continue;
-      }
-      at = headerBytes + buffer.readUInt32BE(headerBytes - 4);
-      headerSkipped = true;
-    }
-    const page: T[] = [];
-    for (;;) {
-      const next = rowEnd(buffer, at, fieldsPerRow);
-      if (next === undefined) break;
-      page.push(decode(buffer, at + 2));
-      at = next;
-    }
-    rest = at < buffer.length ? buffer.subarray(at) : undefined;
-    if (page.length > 0) yield page;
-  }
-}
-
-/** Where the row starting at `at` ends, when all of it has arrived; undefined too at the trailer (-1 fields). */
-function rowEnd(buffer: Buffer, at: number, fieldsPerRow: number): number | undefined {
-  if (buffer.length - at < 2) return undefined;
-  const fields = buffer.readInt16BE(at);
-  if (fields === -1) return undefined;
-  if (fields !== fieldsPerRow) throw new Error(`a row of the log's COPY has ${fields} fields, not ${fieldsPerRow}`);
-  let end = at + 2;
-  for (let field = 0; field < fieldsPerRow; field++) {
-    if (end + 4 > buffer.length) return undefined;
-    end += 4 + Math.max(0, buffer.readInt32BE(end));
-  }
-  return end <= buffer.length ? end : undefined;
-}
 
 /** An event and, after its fields, `count` fields as text (null for a length of -1: no row beside it). */
 function eventWithRow(buffer: Buffer, at: number, count: number): EventWithRow {

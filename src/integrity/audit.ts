@@ -1,7 +1,7 @@
 import { comparePositions, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
 import { checkpointSignatureValid, type Checkpoint, type PublicJwk } from './checkpoints.js';
 import { hashEvent, isChained, storedHashes, zeroHash, type EventHashes } from './hashes.js';
-import { leafHash, nodeHashAt, rootHash, type NodeLookup } from './merkle.js';
+import { leafHashAt, leafHashOfBytes, nodeHashAt, rootHash, type NodeLookup } from './merkle.js';
 
 /**
  * What `npm run audit:verify` checks (contract §16), as functions of what it reads: every event's
@@ -227,20 +227,22 @@ export const levelSizes = (size: number): number[] => {
 };
 
 /**
- * Every complete subtree's hash of the tree of `leafHashes` (RFC 9162), level by level, 32 bytes
+ * Every complete subtree's hash of the tree of `leaves` (RFC 9162), level by level, 32 bytes
  * per node back to back: at level l, index i, the node over leaves [i·2^l, (i+1)·2^l), as
  * appendLeaves makes them one by one. A leaf missing (a hole, reported apart) counts as its stored
  * node at level 0, so that it does not make every node above it a break too; as zeros when that
  * node is missing or not a hash's length too (the nodes above it are then breaks).
  */
-function completeSubtrees(leafHashes: readonly (string | undefined)[], storedLeaves: StoredLevel | undefined): Buffer[] {
-  const sizes = levelSizes(leafHashes.length);
+function completeSubtrees(leaves: StoredLevel, storedLeaves: StoredLevel | undefined): Buffer[] {
+  const sizes = levelSizes(leaves.present.length);
   const levels = sizes.map((count) => Buffer.alloc(count * 32));
-  leafHashes.forEach((leaf, index) => {
-    if (leaf !== undefined) leafHash(leaf).copy(levels[0]!, index * 32);
+  for (let index = 0; index < leaves.present.length; index++) {
+    const odd = leaves.odd.size === 0 ? undefined : leaves.odd.get(index);
+    if (odd) leafHashOfBytes(odd).copy(levels[0]!, index * 32);
+    else if (leaves.present[index] === 1) leafHashAt(leaves.hashes, index * 32).copy(levels[0]!, index * 32);
     else if (storedLeaves?.present[index] === 1 && !storedLeaves.odd.has(index))
       storedLeaves.hashes.copy(levels[0]!, index * 32, index * 32, index * 32 + 32);
-  });
+  }
   for (let level = 1; level < levels.length; level++) {
     const [below, above] = [levels[level - 1]!, levels[level]!];
     for (let index = 0; index < sizes[level]!; index++) nodeHashAt(below, index * 64).copy(above, index * 32);
@@ -256,19 +258,20 @@ const levelWhole = (stored: StoredLevel, recomputed: Buffer, count: number) =>
   stored.hashes.subarray(0, count * 32).equals(recomputed);
 
 /**
- * One organization's tree against its leaves: every stored node and every checkpoint's root
- * recomputed, every checkpoint's signature checked with the published keys.
+ * One organization's tree against its leaves (their event hashes by index, as a level: not
+ * present where a leaf is missing): every stored node and every checkpoint's root recomputed,
+ * every checkpoint's signature checked with the published keys.
  */
 export function auditTree(
   organizationId: string,
-  leafHashes: readonly (string | undefined)[],
+  leaves: StoredLevel,
   storedNodes: readonly StoredLevel[],
   checkpoints: readonly Checkpoint[],
   keys: readonly PublicJwk[],
 ): Break[] {
   const breaks: Break[] = [];
   const found = (message: string) => breaks.push({ organizationId, message });
-  const recomputed = completeSubtrees(leafHashes, storedNodes[0]);
+  const recomputed = completeSubtrees(leaves, storedNodes[0]);
   for (const [level, nodes] of recomputed.entries()) {
     const count = nodes.length / 32;
     const stored = storedNodes[level] ?? emptyLevel(0);
@@ -290,8 +293,8 @@ export function auditTree(
   }
   const lookup: NodeLookup = (level, index) => recomputed[level]!.subarray(index * 32, index * 32 + 32);
   for (const checkpoint of checkpoints) {
-    if (checkpoint.size > leafHashes.length) {
-      found(`checkpoint of size ${checkpoint.size}: the tree holds only ${leafHashes.length} leaves`);
+    if (checkpoint.size > leaves.present.length) {
+      found(`checkpoint of size ${checkpoint.size}: the tree holds only ${leaves.present.length} leaves`);
       continue;
     }
     const root = rootHash(checkpoint.size, lookup).toString('hex');

@@ -34,7 +34,16 @@ const nodeInput = Buffer.alloc(65, 1);
 /** The hash of a leaf: SHA-256(0x00 ‖ the event hash's bytes). */
 export function leafHash(eventHashHex: string): Buffer {
   if (eventHashHex.length === 64 && leafInput.write(eventHashHex, 1, 'hex') === 32) return sha256(leafInput);
-  return sha256(Buffer.concat([leafInput.subarray(0, 1), Buffer.from(eventHashHex, 'hex')]));
+  return leafHashOfBytes(Buffer.from(eventHashHex, 'hex'));
+}
+
+/** The hash of a leaf whose event hash is the bytes given, of whatever length. */
+export const leafHashOfBytes = (eventHash: Uint8Array) => sha256(Buffer.concat([leafInput.subarray(0, 1), eventHash]));
+
+/** The hash of the leaf whose event hash is the 32 bytes at `offset` in `hashes`, copied in one go. */
+export function leafHashAt(hashes: Buffer, offset: number): Buffer {
+  hashes.copy(leafInput, 1, offset, offset + 32);
+  return sha256(leafInput);
 }
 
 /** The hash of an inner node: SHA-256(0x01 ‖ left ‖ right). */

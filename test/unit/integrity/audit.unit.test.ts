@@ -11,6 +11,13 @@ function storedLevels(size: number, nodes: Iterable<MerkleNode>): StoredLevel[] 
   return levels;
 }
 
+/** Leaves' event hashes as readLeafHashes places them: by index, none where `undefined`. */
+function leafLevel(hashes: readonly (string | undefined)[]): StoredLevel {
+  const level = emptyLevel(hashes.length);
+  hashes.forEach((hash, index) => hash !== undefined && storeNode(level, index, Buffer.from(hash, 'hex')));
+  return level;
+}
+
 const newKey = () => signingKeyFromPem(generateKeyPairSync('ed25519').privateKey.export({ format: 'pem', type: 'pkcs8' }).toString());
 const leaves = Array.from({ length: 11 }, (_, i) => createHash('sha256').update(`event ${i}`).digest('hex'));
 const nodes = appendLeaves(0, leaves, lookupIn([]));
@@ -30,7 +37,9 @@ describe('auditTree', () => {
   it('given a whole tree with checkpoints signed by published keys, finds nothing', () => {
     const rotated = newKey();
     const checkpoints = [checkpointAt(3), checkpointAt(8), checkpointAt(11, rotated)];
-    expect(auditTree('org_a', leaves, storedLevels(leaves.length, nodes), checkpoints, [key.publicJwk, rotated.publicJwk])).toEqual([]);
+    expect(
+      auditTree('org_a', leafLevel(leaves), storedLevels(leaves.length, nodes), checkpoints, [key.publicJwk, rotated.publicJwk]),
+    ).toEqual([]);
   });
 
   it('given a changed node, a forged root, an unknown key, a bad signature and a size past the leaves, names each', () => {
@@ -41,7 +50,7 @@ describe('auditTree', () => {
     const tooLarge = { ...checkpointAt(11), size: 12 };
     const found = auditTree(
       'org_a',
-      leaves,
+      leafLevel(leaves),
       storedLevels(leaves.length, changed),
       [forgedRoot, unknownKey, badSignature, tooLarge],
       [key.publicJwk],
@@ -60,7 +69,7 @@ describe('auditTree', () => {
     const kept = nodes.filter((node) => !(node.level === 0 && node.index === 4));
     const odd = kept.map((node) => (node.level === 2 && node.index === 1 ? { ...node, hash: Buffer.alloc(31, 9) } : node));
     const outside = [...odd, { level: 0, index: 11, hash: Buffer.alloc(32) }, { level: 9, index: 0, hash: Buffer.alloc(32) }];
-    expect(auditTree('org_a', leaves, storedLevels(leaves.length, outside), [], []).map(describeBreak)).toEqual([
+    expect(auditTree('org_a', leafLevel(leaves), storedLevels(leaves.length, outside), [], []).map(describeBreak)).toEqual([
       'organization org_a: the tree has no node at level 0, index 4',
       expect.stringMatching(/^organization org_a: node at level 2, index 1 is (09){31}, its leaves hash to [0-9a-f]{64}$/),
     ]);
@@ -68,13 +77,27 @@ describe('auditTree', () => {
 
   it('given leaves past the nodes stored and a leaf missing, names each run of missing nodes once, and counts the missing leaf as its stored node', () => {
     const longer = [...leaves.slice(0, 4), undefined, ...leaves.slice(5), ...leaves];
-    const found = auditTree('org_a', longer, storedLevels(longer.length, nodes), [], []).map(describeBreak);
+    const found = auditTree('org_a', leafLevel(longer), storedLevels(longer.length, nodes), [], []).map(describeBreak);
     expect(found).toEqual([
       'organization org_a: the tree has no nodes at level 0, indexes 11 to 21',
       'organization org_a: the tree has no nodes at level 1, indexes 5 to 10',
       'organization org_a: the tree has no nodes at level 2, indexes 2 to 4',
       'organization org_a: the tree has no node at level 3, index 1',
       'organization org_a: the tree has no node at level 4, index 0',
+    ]);
+  });
+});
+
+describe('auditTree with a leaf not a hash', () => {
+  it('given a leaf whose stored hash is not 64 hex digits, when the tree is checked, then its node and the nodes above it are breaks', () => {
+    const odd = leafLevel(leaves);
+    storeNode(odd, 2, Buffer.from('abcd', 'hex'));
+    const found = auditTree('org_a', odd, storedLevels(leaves.length, nodes), [], []).map(describeBreak);
+    expect(found).toEqual([
+      expect.stringMatching(/^organization org_a: node at level 0, index 2 is [0-9a-f]{64}, its leaves hash to [0-9a-f]{64}$/),
+      expect.stringMatching(/^organization org_a: node at level 1, index 1 is /),
+      expect.stringMatching(/^organization org_a: node at level 2, index 0 is /),
+      expect.stringMatching(/^organization org_a: node at level 3, index 0 is /),
     ]);
   });
 });
