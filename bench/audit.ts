@@ -227,6 +227,13 @@ try {
   close();
   for (const service of [...services]) await stop(service);
   for (const name of [names.on, names.off]) await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await finishBenchDatabase({ admin, name: names.log, keep: values.keep, embedded, out });
+  await finishBenchDatabase({
+    admin,
+    name: names.log,
+    keep: values.keep,
+    embedded,
+    out,
+    reuse: `audit:verify against it: DATABASE_URL=${databaseUrlOn(serverUrl, names.log)} npm run audit:verify`,
+  });
   rmSync(dataDir, { recursive: true, force: true });
 }

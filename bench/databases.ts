@@ -21,11 +21,13 @@ export async function finishBenchDatabase(options: {
   keep: boolean;
   embedded: EmbeddedDatabase | undefined;
   out: (line: string) => void;
+  /** How to use the database kept, when not the bench's `--database` option. */
+  reuse?: string;
 }): Promise<void> {
   const { admin, name, keep, embedded, out } = options;
   const settle = () => new Promise((resolve) => setTimeout(resolve, 250));
   await settle();
-  if (keep) out(`kept database ${name} (reuse: --database ${name})`);
+  if (keep) out(`kept database ${name} (${options.reuse ?? `reuse: --database ${name}`})`);
   else await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
   await admin.end();
   await settle();
