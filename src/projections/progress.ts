@@ -3,6 +3,7 @@ import { readPage } from '../eventstore/event-log.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { PgListener, Pool } from '../infra/postgres.js';
 import { ProgressSamples } from './catch-up.js';
+import { PositionWaits } from './position-waits.js';
 import { blockedChannel, blockingDeadLetter } from './dead-letters.js';
 import { readCheckpoint } from './tables.js';
 
@@ -17,18 +18,6 @@ function decodePosition(payload: string): GlobalPosition | undefined {
 }
 
 /**
- * `news`: a wait for the projection to move (the change feed's long poll), which neither a dead
- * letter nor a timeout ends as a stall. `release`: what settling it must undo besides its timer.
- */
-type Waiter = {
-  position: GlobalPosition;
-  resolve: (reached: boolean) => void;
-  timer: NodeJS.Timeout;
-  news?: boolean;
-  release?: () => void;
-};
-
-/**
  * How far the projection has got, as seen by this instance: told directly by a local projector,
  * by NOTIFY from a projector in another instance, and by polling the checkpoint while anyone
  * waits (notifications are lost while the LISTEN connection is down). Commands wait here for
@@ -36,7 +25,7 @@ type Waiter = {
  */
 export class ProjectionProgress {
   private checkpoint: GlobalPosition = startOfLog;
-  private readonly waiters = new Set<Waiter>();
+  private readonly waits = new PositionWaits();
   private pollTimer: NodeJS.Timeout | undefined;
   /** A position some command gave up waiting for; cleared once the projection passes it. */
   private stalledAt: GlobalPosition | undefined;
@@ -80,7 +69,7 @@ export class ProjectionProgress {
   stop(position: GlobalPosition): void {
     if (comparePositions(position, this.checkpoint) <= 0) return;
     this.stoppedAtDeadLetter = position;
-    for (const waiter of this.waiters) if (!waiter.news) this.settle(waiter, false);
+    this.waits.end(false);
   }
 
   advance(position: GlobalPosition): void {
@@ -89,9 +78,7 @@ export class ProjectionProgress {
     this.samples.record(performance.now(), position);
     if (this.stalledAt && comparePositions(position, this.stalledAt) >= 0) this.stalledAt = undefined;
     if (this.stoppedAtDeadLetter && comparePositions(position, this.stoppedAtDeadLetter) >= 0) this.stoppedAtDeadLetter = undefined;
-    for (const waiter of this.waiters) {
-      if (comparePositions(position, waiter.position) >= 0) this.settle(waiter, true);
-    }
+    this.waits.reach(position);
   }
 
   async refresh(): Promise<void> {
@@ -113,18 +100,9 @@ export class ProjectionProgress {
   waitFor(position: GlobalPosition, timeoutMs: number): Promise<boolean> {
     if (comparePositions(this.checkpoint, position) >= 0) return Promise.resolve(true);
     if (this.stoppedAtDeadLetter) return Promise.resolve(false);
-    return new Promise((resolve) => {
-      const waiter: Waiter = {
-        position,
-        resolve,
-        timer: setTimeout(() => {
-          this.markStalled(position);
-          this.settle(waiter, false);
-        }, timeoutMs),
-      };
-      this.waiters.add(waiter);
-      this.ensurePolling();
-    });
+    const reached = this.waits.wait(position, timeoutMs, { onTimeout: () => this.markStalled(position) });
+    this.ensurePolling();
+    return reached;
   }
 
   /**
@@ -135,20 +113,9 @@ export class ProjectionProgress {
    */
   waitPast(position: GlobalPosition, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
     if (comparePositions(this.checkpoint, position) > 0) return Promise.resolve(true);
-    if (signal?.aborted) return Promise.resolve(false);
-    return new Promise((resolve) => {
-      const abandon = () => this.settle(waiter, false);
-      const waiter: Waiter = {
-        position: { commit: position.commit, prepare: position.prepare + 1n },
-        resolve,
-        timer: setTimeout(abandon, timeoutMs),
-        news: true,
-        release: () => signal?.removeEventListener('abort', abandon),
-      };
-      signal?.addEventListener('abort', abandon, { once: true });
-      this.waiters.add(waiter);
-      this.ensurePolling();
-    });
+    const moved = this.waits.waitPast(position, timeoutMs, signal);
+    this.ensurePolling();
+    return moved;
   }
 
   /** Events per second the projection has moved at over the last seconds, as this instance saw it; 0 when unknown or stopped. */
@@ -180,7 +147,7 @@ export class ProjectionProgress {
   }
 
   close(): void {
-    for (const waiter of this.waiters) this.settle(waiter, false);
+    this.waits.end(true);
     clearTimeout(this.pollTimer);
   }
 
@@ -189,18 +156,11 @@ export class ProjectionProgress {
     if (!this.stalledAt || comparePositions(position, this.stalledAt) < 0) this.stalledAt = position;
   }
 
-  private settle(waiter: Waiter, reached: boolean): void {
-    clearTimeout(waiter.timer);
-    waiter.release?.();
-    this.waiters.delete(waiter);
-    waiter.resolve(reached);
-  }
-
   private ensurePolling(): void {
     if (this.pollTimer) return;
     const poll = async () => {
       await this.refresh();
-      this.pollTimer = this.waiters.size > 0 ? setTimeout(poll, this.pollIntervalMs) : undefined;
+      this.pollTimer = this.waits.size > 0 ? setTimeout(poll, this.pollIntervalMs) : undefined;
     };
     this.pollTimer = setTimeout(poll, this.pollIntervalMs);
   }

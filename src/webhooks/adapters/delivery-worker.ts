@@ -4,6 +4,7 @@ import { pino } from 'pino';
 import type { FeedProgress } from '../../changes/adapters/feed.js';
 import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
 import { createPool } from '../../infra/postgres.js';
+import { PositionWaits } from '../../projections/position-waits.js';
 import { WebhookDispatcher } from './dispatcher.js';
 import type { DeliveryThreadData, FromDeliveryThread, ToDeliveryThread } from './delivery-thread.js';
 
@@ -38,34 +39,19 @@ const logger = pino(
 
 /** The projection's progress as the service's thread last told it. */
 class ForwardedProgress implements FeedProgress {
-  private readonly waiters = new Set<{ position: GlobalPosition; settle: (moved: boolean) => void }>();
+  private readonly waits = new PositionWaits();
 
   constructor(public current: GlobalPosition) {}
 
   moveTo(position: GlobalPosition): void {
     if (comparePositions(position, this.current) <= 0) return;
     this.current = position;
-    for (const waiter of this.waiters) if (comparePositions(position, waiter.position) > 0) waiter.settle(true);
+    this.waits.reach(position);
   }
 
   waitPast(position: GlobalPosition, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
     if (comparePositions(this.current, position) > 0) return Promise.resolve(true);
-    if (signal?.aborted) return Promise.resolve(false);
-    return new Promise((resolve) => {
-      const waiter = {
-        position,
-        settle: (moved: boolean) => {
-          clearTimeout(timer);
-          signal?.removeEventListener('abort', abandon);
-          this.waiters.delete(waiter);
-          resolve(moved);
-        },
-      };
-      const abandon = () => waiter.settle(false);
-      const timer = setTimeout(abandon, timeoutMs);
-      signal?.addEventListener('abort', abandon, { once: true });
-      this.waiters.add(waiter);
-    });
+    return this.waits.waitPast(position, timeoutMs, signal);
   }
 }
 
