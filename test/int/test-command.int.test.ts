@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { describe, expect, inject, it } from 'vitest';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const fixtures = path.join(root, 'test/fixtures/test-run');
@@ -9,12 +10,14 @@ const fixtures = path.join(root, 'test/fixtures/test-run');
 type Run = { status: number | null; closingLine: string | undefined; output: string };
 
 /**
- * vitest as `npm test` runs it, in a child process, on one fixture file. Without DATABASE_URL, so
- * the test database is the embedded PostgreSQL, whose package once overrode the exit status.
+ * vitest as `npm test` runs it, in a child process, on one fixture file. Without DATABASE_URL
+ * unless `databaseUrl` is given, so that the test database is the embedded PostgreSQL, whose
+ * package once overrode the exit status.
  */
-function runVitest(fixture: string, config = 'vitest.config.ts'): Promise<Run> {
+function runVitest(fixture: string, config = 'vitest.config.ts', databaseUrl?: string): Promise<Run> {
   const env: NodeJS.ProcessEnv = { ...process.env, CI: 'true' };
   delete env.DATABASE_URL;
+  if (databaseUrl) env.DATABASE_URL = databaseUrl;
   // The outer run's worker settings would otherwise leak into the inner run.
   for (const name of Object.keys(env)) if (name.startsWith('VITEST')) delete env[name];
   const child = spawn(
@@ -54,5 +57,21 @@ describe('npm test tells the truth: its exit status and closing line', () => {
     const run = await runVitest('passes.fixture.ts', 'failing-setup.vitest.config.ts');
     expect(run.output).toContain('a global setup that fails on purpose');
     expect(run.status, run.output).not.toBe(0);
+  });
+
+  it('drops the databases it made on a server named by DATABASE_URL, which it does not own, once it is over', async () => {
+    const adminDatabaseUrl = inject('adminDatabaseUrl');
+    const run = await runVitest('makes-database.fixture.ts', 'vitest.config.ts', adminDatabaseUrl);
+    expect(run.status, run.output).toBe(0);
+    const made = /made database (\S+)/.exec(run.output)?.[1];
+    expect(made, run.output).toMatch(/^test_[0-9a-f]{8}_[0-9a-f]{12}$/);
+    const admin = new pg.Client({ connectionString: adminDatabaseUrl });
+    await admin.connect();
+    try {
+      const { rows } = await admin.query('SELECT datname FROM pg_database WHERE datname = $1', [made]);
+      expect(rows).toEqual([]);
+    } finally {
+      await admin.end();
+    }
   });
 });

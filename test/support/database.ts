@@ -5,7 +5,7 @@ import { inject } from 'vitest';
 /** A fresh, empty database on the run's PostgreSQL server, for one test file. */
 export async function createTestDatabase(): Promise<string> {
   const adminUrl = inject('adminDatabaseUrl');
-  const name = `test_${randomBytes(6).toString('hex')}`;
+  const name = `${inject('testDatabasePrefix')}${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   try {

@@ -1,6 +1,8 @@
+import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import pg from 'pg';
 import pino from 'pino';
 import type { TestProject } from 'vitest/node';
 import { startEmbeddedPostgres } from '../../src/infra/embedded-postgres.js';
@@ -11,10 +13,12 @@ declare module 'vitest' {
     /** A PostgreSQL server for the run; each test file creates its own database on it. */
     adminDatabaseUrl: string;
     postgresSource: string;
+    /** What the name of every database the run creates starts with (test/support/database.ts). */
+    testDatabasePrefix: string;
   }
 }
 
-type TestPostgres = { adminDatabaseUrl: string; source: string; stop: () => Promise<void> };
+type TestPostgres = { adminDatabaseUrl: string; source: string; databasePrefix: string; stop: () => Promise<void> };
 
 /**
  * One PostgreSQL server for the whole run, shared by every vitest project (each runs this setup):
@@ -29,6 +33,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const server = await entry.server;
   project.provide('adminDatabaseUrl', server.adminDatabaseUrl);
   project.provide('postgresSource', server.source);
+  project.provide('testDatabasePrefix', server.databasePrefix);
   return async () => {
     entry.users -= 1;
     if (entry.users > 0) return;
@@ -42,7 +47,12 @@ export default async function setup(project: TestProject): Promise<() => Promise
  * the embedded PostgreSQL on a free port in a temporary directory.
  */
 async function startPostgres(): Promise<TestPostgres> {
-  if (process.env.DATABASE_URL) return { adminDatabaseUrl: process.env.DATABASE_URL, source: 'DATABASE_URL', stop: async () => undefined };
+  const databasePrefix = `test_${randomBytes(4).toString('hex')}_`;
+  if (process.env.DATABASE_URL) {
+    const adminDatabaseUrl = process.env.DATABASE_URL;
+    // A server the run does not own: the databases it made there go with it.
+    return { adminDatabaseUrl, source: 'DATABASE_URL', databasePrefix, stop: () => dropDatabases(adminDatabaseUrl, databasePrefix) };
+  }
   if (await dockerAnswers()) {
     const { GenericContainer, Wait } = await import('testcontainers');
     const container = await new GenericContainer('postgres:17-alpine')
@@ -54,6 +64,7 @@ async function startPostgres(): Promise<TestPostgres> {
     return {
       adminDatabaseUrl: `postgresql://postgres:test@${container.getHost()}:${container.getMappedPort(5432)}/postgres`,
       source: 'testcontainers',
+      databasePrefix,
       stop: async () => {
         await container.stop();
       },
@@ -66,9 +77,22 @@ async function startPostgres(): Promise<TestPostgres> {
   return {
     adminDatabaseUrl: server.url,
     source: 'embedded-postgres',
+    databasePrefix,
     stop: async () => {
       await server.forceStop();
       rmSync(directory, { recursive: true, force: true });
     },
   };
+}
+
+/** Drops the databases whose names start with `prefix` (made by this run), closing what is still connected to them. */
+async function dropDatabases(adminDatabaseUrl: string, prefix: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: adminDatabaseUrl });
+  await admin.connect();
+  try {
+    const { rows } = await admin.query<{ datname: string }>('SELECT datname FROM pg_database WHERE starts_with(datname, $1)', [prefix]);
+    for (const { datname } of rows) await admin.query(`DROP DATABASE IF EXISTS ${admin.escapeIdentifier(datname)} WITH (FORCE)`);
+  } finally {
+    await admin.end();
+  }
 }
