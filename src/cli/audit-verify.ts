@@ -26,7 +26,7 @@ import {
   readCheckpoints,
   readLeafHashes,
   readPublicKeys,
-  readRangeLeaves,
+  readAllLeaves,
   readStoredLevels,
   readTreeProgress,
   readTrees,
@@ -155,7 +155,7 @@ try {
     // The transaction's first statement takes its snapshot: the trees' one, before the log's.
     const treeEnd = await readTreeProgress(treeClient);
     if (config.eventStoreUrl) {
-      const leaves = await readRangeLeaves(treeClient, {});
+      const leaves = await readAllLeaves(treeClient);
       checkingLog = Promise.resolve().then(() => checkLogInOrder(connection!, leaves, treeEnd));
     } else {
       const { joined, outcome } = await checkPostgresLog(connection, treeEnd);

@@ -113,15 +113,13 @@ export async function rowsWithoutEvent(
   beside: RowsBeside,
   joined: number,
 ): Promise<{ streamName: string; version: string; row: (string | null)[] }[]> {
-  const bounds = rangeConditions(client, range, 'b.');
-  const { rows: counted } = await client.query<{ count: string }>(
-    `SELECT count(*) AS count FROM ${beside.table} b WHERE ${bounds.join(' AND ') || 'true'}`,
-  );
+  const inRange = [...rangeConditions(client, range, 'b.'), 'true'].join(' AND ');
+  const { rows: counted } = await client.query<{ count: string }>(`SELECT count(*) AS count FROM ${beside.table} b WHERE ${inRange}`);
   if (Number(counted[0]!.count) === joined) return [];
   const { rows } = await client.query<(string | null)[]>({
     rowMode: 'array',
     text: `SELECT b.stream_name, b.version::text, ${beside.columns.map((column) => `b.${column}::text`).join(', ')} FROM ${beside.table} b
-           WHERE ${[...bounds, 'true'].join(' AND ')} AND NOT EXISTS (
+           WHERE ${inRange} AND NOT EXISTS (
              SELECT 1 FROM es_events e WHERE e.stream_name = b.stream_name AND e.version = b.version
                AND e.transaction_id < '${BigInt(snapshot.boundary)}'::xid8)
            ORDER BY b.stream_name, b.version`,

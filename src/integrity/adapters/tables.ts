@@ -289,22 +289,13 @@ export async function readLeafHashes(client: pg.ClientBase, organizationId: stri
 const outsideShown = 100;
 
 /**
- * The leaves of the streams whose names are after `after` and up to `through` (either open when
- * absent, compared in the database's collation, as the log's streams are ordered), of every tree:
- * what an event of the log is matched with.
+ * Every leaf of every tree: what audit:verify matches the events of an EventStoreDB log with, as
+ * it reads them in global order (with events in PostgreSQL, each event comes with its leaf instead:
+ * `leavesBeside`).
  */
-export async function readRangeLeaves(
-  client: Queryable,
-  range: { after?: string | undefined; through?: string | undefined },
-): Promise<StoredLeaf[]> {
-  const bounds = [
-    ...(range.after === undefined ? [] : [{ condition: 'stream_name >', value: range.after }]),
-    ...(range.through === undefined ? [] : [{ condition: 'stream_name <=', value: range.through }]),
-  ];
+export async function readAllLeaves(client: Queryable): Promise<StoredLeaf[]> {
   const { rows } = await client.query<Pick<LeafRecord, 'organization_id' | 'leaf_index' | 'stream_name' | 'version' | 'hash'>>(
-    `SELECT organization_id, leaf_index, stream_name, version, hash FROM integrity_leaves
-     WHERE ${bounds.map((bound, at) => `${bound.condition} $${at + 1}`).join(' AND ') || 'true'}`,
-    bounds.map((bound) => bound.value),
+    'SELECT organization_id, leaf_index, stream_name, version, hash FROM integrity_leaves',
   );
   return rows.map((row) => ({
     organizationId: row.organization_id,
