@@ -1,3 +1,4 @@
+import { on } from 'node:events';
 import type { Readable } from 'node:stream';
 import type pg from 'pg';
 import { to as copyTo } from 'pg-copy-streams';
@@ -31,30 +32,86 @@ export async function visitCopyRows(copy: Readable, fieldsPerRow: number, visit:
   for await (const { buffer, rows } of rowsByChunk(copy, fieldsPerRow)) for (const at of rows) visit(buffer, at);
 }
 
-/** Each chunk received with the rows it completes, as the offsets of their first fields. */
+/**
+ * Each chunk received with the rows it completes, as the offsets of their first fields. A row
+ * begun in one chunk and ended in the next is given alone, in a small buffer of its own: joining
+ * the rest of each chunk to the whole of the next would copy every byte of the COPY once more.
+ */
 async function* rowsByChunk(copy: Readable, fieldsPerRow: number): AsyncGenerator<{ buffer: Buffer; rows: number[] }> {
   let rest: Buffer | undefined;
   let headerSkipped = false;
-  for await (const chunk of copy as AsyncIterable<Buffer>) {
-    const buffer = rest ? Buffer.concat([rest, chunk]) : chunk;
+  for await (const received of chunksAsReceived(copy)) {
+    let chunk = received;
     let at = 0;
     if (!headerSkipped) {
-      if (buffer.length < headerBytes) {
-        rest = buffer;
+      // The header comes in the first chunk or two: joined until it is whole.
+      if (rest) chunk = Buffer.concat([rest, chunk]);
+      rest = undefined;
+      const headerEnd = chunk.length < headerBytes ? undefined : headerBytes + chunk.readUInt32BE(headerBytes - 4);
+      if (headerEnd === undefined || headerEnd > chunk.length) {
+        rest = chunk;
         continue;
       }
-      at = headerBytes + buffer.readUInt32BE(headerBytes - 4);
+      at = headerEnd;
       headerSkipped = true;
+    } else if (rest) {
+      const straddling = completeRow(rest, chunk, fieldsPerRow);
+      if (straddling === undefined) {
+        rest = Buffer.concat([rest, chunk]);
+        continue;
+      }
+      rest = undefined;
+      if (straddling.row) yield { buffer: straddling.row, rows: [2] };
+      at = straddling.taken;
     }
     const rows: number[] = [];
     for (;;) {
-      const next = rowEnd(buffer, at, fieldsPerRow);
+      const next = rowEnd(chunk, at, fieldsPerRow);
       if (next === undefined) break;
       rows.push(at + 2);
       at = next;
     }
-    rest = at < buffer.length ? buffer.subarray(at) : undefined;
-    if (rows.length > 0) yield { buffer, rows };
+    rest = at < chunk.length ? chunk.subarray(at) : undefined;
+    if (rows.length > 0) yield { buffer: chunk, rows };
+  }
+}
+
+/**
+ * The row that `rest` begins, completed from the start of `chunk`, with how many of the chunk's
+ * bytes it took (no row when it is the trailer); undefined when the chunk does not complete it.
+ * The bytes joined grow from 1 KiB, fourfold, until the row's end is among them.
+ */
+function completeRow(rest: Buffer, chunk: Buffer, fieldsPerRow: number): { row?: Buffer; taken: number } | undefined {
+  for (let taken = Math.min(chunk.length, 1024); ; taken = Math.min(chunk.length, taken * 4)) {
+    const joined = Buffer.concat([rest, chunk.subarray(0, taken)]);
+    if (joined.length >= 2 && joined.readInt16BE(0) === -1) return { taken: 2 - rest.length };
+    const end = rowEnd(joined, 0, fieldsPerRow);
+    if (end !== undefined) return { row: joined.subarray(0, end), taken: end - rest.length };
+    if (taken === chunk.length) return undefined;
+  }
+}
+
+/** How many chunks may wait in Node for the consumer (with pg's reads of 64 KiB, about bufferedBytes). */
+const chunksBuffered = Math.ceil(bufferedBytes / 65_536);
+
+/**
+ * The chunks of a byte stream one by one as they came. The stream's own async iterator would join
+ * all it holds into one new Buffer at each step, a copy of every byte read. A consumer that stops
+ * early destroys the stream, as a `for await` over it does, and hears nothing more from it.
+ */
+async function* chunksAsReceived(stream: Readable): AsyncGenerator<Buffer> {
+  let ended = false;
+  stream.once('end', () => (ended = true));
+  try {
+    for await (const [chunk] of on(stream, 'data', { close: ['end'], highWaterMark: chunksBuffered })) yield chunk as Buffer;
+  } finally {
+    if (!ended) {
+      // pg reports the COPY's end to the stream even after it was destroyed ("Connection
+      // terminated" when the caller then closes the connection): the caller already stopped, for a
+      // reason of its own that it reports, so this error has no one left to tell.
+      stream.on('error', () => undefined);
+      stream.destroy();
+    }
   }
 }
 
