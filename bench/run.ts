@@ -60,7 +60,10 @@ const sink = createServer((request, response) => {
 });
 if (values.tracing) await new Promise<void>((resolve) => sink.listen(0, '127.0.0.1', resolve));
 const tracing = values.tracing
-  ? startConfiguredTracing({ tracesUrl: `http://127.0.0.1:${(sink.address() as AddressInfo).port}/v1/traces`, serviceName: 'wsapi-bench' })
+  ? await startConfiguredTracing({
+      tracesUrl: `http://127.0.0.1:${(sink.address() as AddressInfo).port}/v1/traces`,
+      serviceName: 'wsapi-bench',
+    })
   : undefined;
 const runtime = await startRuntime(config, logger);
 const clock = createClock();

@@ -26,7 +26,7 @@ async function main(): Promise<void> {
     throw error;
   }
   // Before anything else: the request spans need the provider's context manager in place.
-  const tracing = startConfiguredTracing(config.tracing);
+  const tracing = await startConfiguredTracing(config.tracing);
   const logger = createLogger(config.logLevel);
   // Listening from the start: a signal during start-up (an embedded PostgreSQL may be starting for
   // this process) stops the service as soon as it has started, rather than leaving that database behind.

@@ -1,14 +1,10 @@
 import { context, isSpanContextValid, SpanKind, SpanStatusCode, trace, type Attributes } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
-import { resourceFromAttributes } from '@opentelemetry/resources';
-import { BatchSpanProcessor, type SpanProcessor } from '@opentelemetry/sdk-trace-base';
-import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
-import { ATTR_SERVICE_NAME } from '@opentelemetry/semantic-conventions';
 import type { Config } from '../config.js';
+import type { Tracing } from './tracing-sdk.js';
 
 /**
- * The service's tracer. Until a provider is registered (startTracing) it is the API's no-op
+ * The service's tracer. Until a provider is registered (startTracing in ./tracing-sdk.ts) it is the API's no-op
  * tracer: spans cost a function call, and no context is kept.
  */
 export const tracer = trace.getTracer('workspace-solution-api');
@@ -16,25 +12,16 @@ export const tracer = trace.getTracer('workspace-solution-api');
 /** The W3C `traceparent` header, read from requests. */
 export const traceContextPropagator = new W3CTraceContextPropagator();
 
-export type Tracing = { /** Exports the spans still buffered, then stops. */ shutdown: () => Promise<void> };
+export type { Tracing };
 
 /**
- * Registers the global tracer provider, with `processor` taking each finished span, and the
- * async-hooks context manager that carries the active span across awaits.
+ * Tracing as configured: OTLP/HTTP to the configured endpoint, or none at all: no provider, and
+ * the SDK not even loaded (./tracing-sdk.ts), which would add a few tenths of a second to every start.
  */
-export function startTracing(serviceName: string, processor: SpanProcessor): Tracing {
-  const provider = new NodeTracerProvider({
-    resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: serviceName }),
-    spanProcessors: [processor],
-  });
-  provider.register({ propagator: traceContextPropagator });
-  return { shutdown: () => provider.shutdown() };
-}
-
-/** Tracing as configured: OTLP/HTTP to the configured endpoint, or none at all (no provider). */
-export function startConfiguredTracing(settings: Config['tracing']): Tracing | undefined {
+export async function startConfiguredTracing(settings: Config['tracing']): Promise<Tracing | undefined> {
   if (!settings.tracesUrl) return undefined;
-  return startTracing(settings.serviceName, new BatchSpanProcessor(new OTLPTraceExporter({ url: settings.tracesUrl })));
+  const { startTracing, otlpExport } = await import('./tracing-sdk.js');
+  return startTracing(settings.serviceName, otlpExport(settings.tracesUrl));
 }
 
 /**

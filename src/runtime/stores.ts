@@ -1,6 +1,5 @@
 import type { Logger } from 'pino';
 import type { Config } from '../config.js';
-import { EventStoreDBEventStore } from '../eventstore/eventstoredb.js';
 import { foreignEventLog, reportForeignEvents } from '../eventstore/event-log.js';
 import type { EventStore } from '../eventstore/port.js';
 import { PostgresEventStore } from '../eventstore/postgres.js';
@@ -46,8 +45,10 @@ export async function openStores(
     await embedded?.stop();
     throw error;
   }
+  // Loaded only in that mode: the EventStoreDB client (gRPC and its protocol buffers) takes a
+  // fifth of a second to load, on every start of the service and of every tool.
   const store: EventStore = config.eventStoreUrl
-    ? new EventStoreDBEventStore(config.eventStoreUrl, {
+    ? new (await import('../eventstore/eventstoredb.js')).EventStoreDBEventStore(config.eventStoreUrl, {
         logger: logger.child({ component: 'eventstoredb' }),
         ...(options.eventStoreReadTimeoutMs ? { readTimeoutMs: options.eventStoreReadTimeoutMs } : {}),
       })

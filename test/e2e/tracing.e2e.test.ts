@@ -1,7 +1,8 @@
 import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/infra/logger.js';
-import { startTracing, type Tracing } from '../../src/observability/tracing.js';
+import type { Tracing } from '../../src/observability/tracing.js';
+import { startTracing } from '../../src/observability/tracing-sdk.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { eventually } from '../support/stack.js';
 

@@ -10,7 +10,8 @@ import { outcomeOf, retryDelay, type AttemptOutcome } from '../schedule.js';
 import { signedHeaders } from '../signature.js';
 import { deliveryBody, signingSecrets } from '../webhook.js';
 import { dueDeliveries, parkDisabled, promoteWaiting, type RecordOfWebhook } from './queue.js';
-import { deliveryAgent, literalTargetProblem } from './targets.js';
+import { deliveryAgent } from './delivery-agent.js';
+import { literalTargetProblem } from './targets.js';
 
 export type DispatcherSettings = {
   timeoutMs: number;
