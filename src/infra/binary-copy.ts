@@ -102,8 +102,13 @@ const chunksBuffered = Math.ceil(bufferedBytes / 65_536);
 async function* chunksAsReceived(stream: Readable): AsyncGenerator<Buffer> {
   let ended = false;
   stream.once('end', () => (ended = true));
+  // Closed before its end without an error (destroyed): a failure, or the read would wait for
+  // rows that never come.
+  const closedEarly = new AbortController();
+  stream.once('close', () => ended || closedEarly.abort(new Error('the COPY closed before its end')));
   try {
-    for await (const [chunk] of on(stream, 'data', { close: ['end'], highWaterMark: chunksBuffered })) yield chunk as Buffer;
+    const chunks = on(stream, 'data', { close: ['end'], highWaterMark: chunksBuffered, signal: closedEarly.signal });
+    for await (const [chunk] of chunks) yield chunk as Buffer;
   } finally {
     if (!ended) {
       // pg reports the COPY's end to the stream even after it was destroyed ("Connection

@@ -83,6 +83,24 @@ describe('rows of a binary COPY, however its bytes are cut into chunks', () => {
     await expect(readAll([binaryCopy([['a', 'b', 'c']])])).rejects.toThrow('a row of a COPY has 3 fields, not 2');
   });
 
+  it('a stream closed before its end without an error fails the read, rather than wait for rows that never come', async () => {
+    const chunks = chunked(bytes, [1000]);
+    const stream = new Readable({
+      read() {
+        const next = chunks.shift();
+        if (chunks.length < 20) this.destroy();
+        else this.push(next);
+      },
+    });
+    const read: unknown[] = [];
+    await expect(
+      (async () => {
+        for await (const page of copyRows(stream, 2, decodePair)) read.push(...page);
+      })(),
+    ).rejects.toMatchObject({ cause: new Error('the COPY closed before its end') });
+    expect(read.length).toBeLessThan(rows.length);
+  });
+
   it('a consumer that stops early destroys the stream and hears no later error of it', async () => {
     const stream = Readable.from(chunked(bytes, [100]));
     for await (const page of copyRows(stream, 2, decodePair)) {
