@@ -4,8 +4,8 @@ import type { Config } from '../config.js';
 import type { Tracing } from './tracing-sdk.js';
 
 /**
- * The service's tracer. Until a provider is registered (startTracing in ./tracing-sdk.ts) it is the API's no-op
- * tracer: spans cost a function call, and no context is kept.
+ * The service's tracer. Until a provider is registered (startTracing in ./tracing-sdk.ts) it is
+ * the API's no-op tracer: spans cost a function call, and no context is kept.
  */
 export const tracer = trace.getTracer('workspace-solution-api');
 
