@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
+import { stopWithThisProcess } from '../test/support/child-processes.js';
 
 /** The EventStoreDB stand-in in a process of its own (test/support/eventstoredb-standin/serve.ts): its connection string, and how to stop it. */
 export type StandInProcess = { url: string; stop: () => Promise<void> };
@@ -11,6 +12,7 @@ export async function startStandInProcess(): Promise<StandInProcess> {
   const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'test/support/eventstoredb-standin/serve.ts'], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  stopWithThisProcess(child);
   const lines = createInterface({ input: child.stdout });
   const [url] = (await Promise.race([
     once(lines, 'line'),

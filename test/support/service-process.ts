@@ -4,6 +4,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { mintToken } from '../../src/api/tokens.js';
 import { freePort } from '../../src/infra/embedded-postgres.js';
+import { stopWithThisProcess } from './child-processes.js';
 import { testSecret } from './secret.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -14,19 +15,6 @@ const startOptions: string[] = (() => {
   const words = scripts.start.split(' ');
   return words.slice(1, words.indexOf('src/main.ts'));
 })();
-
-/**
- * Services started here and still running. A test or bench process that dies (an uncaught error)
- * runs no `finally`: each is told to stop as it exits, or it would run on, on its port and its
- * database, into the next run's figures. SIGCONT too, for one frozen by a test.
- */
-const running = new Set<ChildProcess>();
-process.once('exit', () => {
-  for (const child of running) {
-    child.kill('SIGTERM');
-    child.kill('SIGCONT');
-  }
-});
 
 export type ServiceProcess = {
   url: string;
@@ -65,13 +53,12 @@ export async function startServiceProcess(options: {
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  running.add(child);
+  stopWithThisProcess(child);
   let output = '';
   child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<void>((resolve) =>
     child.once('exit', (code, signal) => {
-      running.delete(child);
       output += `\n[process exited: code ${code}, signal ${signal}]\n`;
       resolve();
     }),
