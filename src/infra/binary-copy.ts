@@ -5,14 +5,15 @@ import { to as copyTo } from 'pg-copy-streams';
 
 /**
  * Large reads (audit:verify's and a bulk rebuild's) through `COPY (query) TO STDOUT` in binary:
- * no text escapes to undo, no per-row protocol objects, and bytea as its bytes. At most
- * `bufferedBytes` wait in Node for the consumer; beyond that the socket, then PostgreSQL, waits.
+ * no text escapes to undo, no per-row protocol objects, and bytea as its bytes. About
+ * `bufferedBytes` wait in Node for the consumer (chunksAsReceived's queue; the stream's own buffer
+ * is left at its small default); beyond that the socket, then PostgreSQL, waits.
  * COPY takes no parameters: the query's values are written into it, escaped by the caller.
  */
 const bufferedBytes = 4 * 1024 * 1024;
 
 export function copyOut(client: pg.ClientBase, query: string): Readable {
-  return client.query(copyTo(`COPY (${query}) TO STDOUT (FORMAT binary)`, { highWaterMark: bufferedBytes }));
+  return client.query(copyTo(`COPY (${query}) TO STDOUT (FORMAT binary)`));
 }
 
 /** PGCOPY\n\377\r\n\0, then flags and the length of a header extension (both 32-bit). */

@@ -8,7 +8,7 @@ import { isPublicAddress } from './targets.js';
  * targets as written, and should not load undici for that (a sixth of a second of every start).
  */
 
-export class NonPublicTarget extends Error {
+class NonPublicTarget extends Error {
   constructor(host: string) {
     super(`${host} resolves to a non-public address`);
     this.name = 'NonPublicTarget';
