@@ -80,6 +80,8 @@ const loadOrganization = 'org_bench_load';
 /** Webhooks and streams beside the load in the throughput rounds that have them. */
 const webhookCount = listen === 'streams' ? 0 : 10;
 const streamCount = listen === 'webhooks' ? 0 : 10;
+/** Seconds of creations at `--rate` before the timed ones. */
+const warmUpSeconds = 2;
 
 const defaultDataDir = path.join(tmpdir(), 'wsapi-bench-changes');
 const { embedded, admin, databaseUrl } = await openBenchDatabase({ name: databaseName, usage, defaultDataDir, logger });
@@ -203,27 +205,27 @@ async function deliveryDelays(target: ServiceProcess, http: HttpPool, at: Receiv
   const token = await target.token([liveOrganization], 'bench-writer');
   const hook = (await call<Created>(http, token, 'create_webhook', { organization_id: liveOrganization, url: `${at.url}/live` })).data;
   const toLive = () => at.received.filter((delivery) => delivery.path === '/live');
-  // The service starts its delivery thread with its first webhook (a second or so, once): the
-  // timed changes begin when a first one has got through, so that they measure the steady state.
+  // The service starts its delivery thread with its first webhook (a second or so, once), and its
+  // paths run cold at first: the timed changes come after a warm-up at the same rate, so that they
+  // measure the steady state, as a service that has been running does.
   await call(http, token, 'create_workspace', { organization_id: liveOrganization, name: 'warm-up' });
   for (let waited = 0; toLive().length === 0 && waited < 30_000; waited += 50) await sleep(50);
-  const warmUp = toLive().length;
   const closing = new AbortController();
   // From the organization's last change: a reused database (--database) holds an earlier run's.
   const after = await lastChange(http, token, liveOrganization);
   const stream = await openChangeStream(target.url, token, { organization_id: liveOrganization, after }, closing.signal);
+  const warmUpCount = Math.round(settings.rate * warmUpSeconds);
+  const deliveredBefore = toLive().length;
+  await writeAtRate(http, token, warmUpCount, 'warm-up');
+  const warmedUp = () => toLive().length >= deliveredBefore + warmUpCount && stream.changes.length >= warmUpCount;
+  for (let waited = 0; !warmedUp() && waited < 30_000; waited += 50) await sleep(50);
   const count = Math.round(settings.rate * settings.seconds);
   const started = performance.now();
-  const writes: Promise<Answer<Created>>[] = [];
-  for (let i = 0; i < count; i++) {
-    const due = started + (i * 1000) / settings.rate;
-    if (due > performance.now()) await sleep(due - performance.now());
-    writes.push(call<Created>(http, token, 'create_workspace', { organization_id: liveOrganization, name: `live ${i}` }));
-  }
-  const answers = await Promise.all(writes);
+  const answers = await writeAtRate(http, token, count, 'live');
   const sentFor = (performance.now() - started) / 1000;
-  const delivered = () => toLive().slice(warmUp);
-  for (let waited = 0; (delivered().length < count || stream.changes.length < count) && waited < 30_000; waited += 100) await sleep(100);
+  const delivered = () => toLive().slice(deliveredBefore + warmUpCount);
+  const streamed = () => stream.changes.slice(warmUpCount);
+  for (let waited = 0; (delivered().length < count || streamed().length < count) && waited < 30_000; waited += 100) await sleep(100);
   closing.abort();
   await stream.ended;
   await call(http, token, 'delete_webhook', { id: hook.id });
@@ -231,8 +233,20 @@ async function deliveryDelays(target: ServiceProcess, http: HttpPool, at: Receiv
   return [
     [`create_workspace during it (${rate})`, spread(answers.map((answer) => answer.ms))],
     ['change -> webhook receiver', `${spread(delivered().map((d) => d.delayMs))} (${delivered().length}/${count} delivered)`],
-    ['change -> open stream', `${spread(stream.changes.map((c) => c.delayMs))} (${stream.changes.length}/${count} streamed)`],
+    ['change -> open stream', `${spread(streamed().map((c) => c.delayMs))} (${streamed().length}/${count} streamed)`],
   ];
+}
+
+/** `count` creations in the live organization, sent at `--rate`: their answers. */
+async function writeAtRate(http: HttpPool, token: string, count: number, label: string): Promise<Answer<Created>[]> {
+  const writes: Promise<Answer<Created>>[] = [];
+  const started = performance.now();
+  for (let i = 0; i < count; i++) {
+    const due = started + (i * 1000) / settings.rate;
+    if (due > performance.now()) await sleep(due - performance.now());
+    writes.push(call<Created>(http, token, 'create_workspace', { organization_id: liveOrganization, name: `${label} ${i}` }));
+  }
+  return Promise.all(writes);
 }
 
 /** CPU seconds so far of the service, its PostgreSQL server (when on this machine) and this process (the receiver, the streams' readers, the clients). */
