@@ -337,8 +337,9 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     summary: "Creates a webhook for one of the caller's organizations; answers its secret, shown only here and on rotation.",
     namesRecord: true,
     run: async ({ organization_id, url, types, description }, { caller, webhooks }) => {
-      if (!caller.organizations.has(organization_id)) throw notFound('organization');
+      // A bad target is a bad parameter: refused before access and existence are looked at (contract §2).
       checkTarget(webhooks, url);
+      if (!caller.organizations.has(organization_id)) throw notFound('organization');
       return webhooks.create({ organization_id, url, types: types ?? [...changeTypes], description: description ?? '' });
     },
   },

@@ -12,6 +12,7 @@ import {
   solutionId,
   timestamp,
   webhookId,
+  wellFormed,
   workspaceId,
 } from '../domain/values.js';
 
@@ -65,10 +66,9 @@ export const cursor = z
   .meta({ description: 'A cursor from list_changes: opaque, 1 to 128 of A-Z a-z 0-9 _ -.', pattern: '^[A-Za-z0-9_-]{1,128}$' });
 
 const changeType = z.enum(changeTypes);
-const webhookUrl = z
-  .string()
-  .min(1)
-  .max(2048)
+/** Stored as given (contract §5): so never a character that PostgreSQL refuses or the URL parser drops (NUL, tab, line feed). */
+const webhookUrl = wellFormed(z.string().min(1).max(2048))
+  .refine((value) => !/\p{Cc}/u.test(value), 'must not contain control characters')
   .meta({ description: 'Where changes are POSTed: https://, a public address (checked again at every connection).' });
 const webhookTypes = z.array(changeType).min(1).meta({ description: 'The event types delivered; default all six.' });
 const deliveryStatus = z.enum(['pending', 'succeeded', 'failed']);

@@ -51,7 +51,7 @@ export const instant = z
 
 const codePoints = (value: string) => [...value].length;
 
-const wellFormed = (schema: z.ZodString) =>
+export const wellFormed = (schema: z.ZodString) =>
   schema.refine((value) => value.isWellFormed(), 'must be well-formed Unicode (no lone surrogates)');
 
 export const name = wellFormed(z.string())

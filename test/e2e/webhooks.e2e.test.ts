@@ -272,6 +272,14 @@ describe('webhooks', () => {
     expect((await ok(service, stranger, 'list_webhooks', { page: 1, size: 10 })).total).toBe(0);
     expectError(await send(token, 'get_webhook', { id: 'ws_wrongprefix' }), 400, 'validation_error');
     expectError(await send(token, 'create_webhook', { organization_id: org, url: 'ftp://example.com/' }), 400, 'validation_error');
+    // A bad parameter is refused before access is looked at (contract §2), as update_webhook does.
+    expectError(await send(stranger, 'create_webhook', { organization_id: org, url: 'ftp://example.com/' }), 400, 'validation_error');
+    // Stored as given or refused (contract §5): never a NUL PostgreSQL refuses (a 500), nor a lone surrogate replaced.
+    for (const url of [`${receiver.url}/a\u0000b`, `${receiver.url}/a\ud800b`, `${receiver.url}/a\tb`]) {
+      expectError(await send(token, 'create_webhook', { organization_id: org, url }), 400, 'validation_error');
+      expectError(await send(token, 'update_webhook', { id: created.id, url }), 400, 'validation_error');
+    }
+    expect((await ok(service, token, 'get_webhook', { id: created.id })).url).toBe(`${receiver.url}/private`);
     await ok(service, token, 'delete_webhook', { id: created.id });
     expectError(await send(token, 'get_webhook', { id: created.id }), 404, 'not_found');
   });

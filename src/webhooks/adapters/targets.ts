@@ -8,15 +8,23 @@ import ipaddr from 'ipaddr.js';
  * ./delivery-agent.ts).
  */
 
-/** Whether an IP address is an ordinary public unicast one (IPv4-mapped IPv6 judged as its IPv4). */
+/**
+ * Whether an IP address is an ordinary public unicast one (IPv4-mapped IPv6 judged as its IPv4).
+ * The deprecated IPv4-compatible form (`::a.b.c.d`, `::7f00:1`, RFC 4291 §2.5.5.1) is never
+ * public: ipaddr.js calls it unicast, but it only ever stands for an IPv4 address.
+ */
 export function isPublicAddress(address: string): boolean {
   if (!ipaddr.isValid(address)) return false;
   let parsed = ipaddr.parse(address);
-  if (parsed instanceof ipaddr.IPv6 && parsed.isIPv4MappedAddress()) parsed = parsed.toIPv4Address();
+  if (parsed instanceof ipaddr.IPv6) {
+    if (parsed.isIPv4MappedAddress()) parsed = parsed.toIPv4Address();
+    else if (parsed.parts.slice(0, 6).every((part) => part === 0)) return false;
+  }
   return parsed.range() === 'unicast';
 }
 
-const literalAddress = (hostname: string) => hostname.replace(/^\[(.*)\]$/, '$1');
+/** The host a URL names, without the brackets of an IPv6 literal or the trailing dot of a fully qualified name (`localhost.`). */
+const literalAddress = (hostname: string) => hostname.replace(/^\[(.*)\]$/, '$1').replace(/\.$/, '');
 
 /** What is wrong with a target URL as written, or undefined when it may be used. */
 export function targetProblem(url: string, allowPrivate: boolean): string | undefined {

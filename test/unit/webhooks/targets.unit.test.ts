@@ -18,6 +18,10 @@ describe('webhook targets', () => {
       'fd00::1',
       '::ffff:127.0.0.1',
       '::ffff:169.254.169.254',
+      // IPv4-compatible (deprecated): ipaddr.js calls these unicast.
+      '::7f00:1',
+      '::a9fe:a9fe',
+      '::808:808',
       'not an address',
     ]) {
       expect(isPublicAddress(address), address).toBe(false);
@@ -37,6 +41,11 @@ describe('webhook targets', () => {
       'https://127.0.0.1:9464/metrics',
       'https://169.254.169.254/',
       'https://[::1]/',
+      'https://[::127.0.0.1]/',
+      'https://[::a9fe:a9fe]/latest/meta-data',
+      'https://localhost./',
+      'https://api.localhost./',
+      'https://127.0.0.1./',
     ]) {
       expect(targetProblem(url, false), url).toMatch(/non-public/);
     }
@@ -47,6 +56,7 @@ describe('webhook targets', () => {
   it('checks an address in the URL at each attempt too, since connecting to it skips the DNS check', () => {
     expect(literalTargetProblem('https://10.0.0.1/', false)).toMatch(/not a public address/);
     expect(literalTargetProblem('https://[fd00::1]/', false)).toMatch(/not a public address/);
+    expect(literalTargetProblem('https://[::169.254.169.254]/', false)).toMatch(/not a public address/);
     expect(literalTargetProblem('https://hooks.example.com/', false)).toBeUndefined();
     expect(literalTargetProblem('https://10.0.0.1/', true)).toBeUndefined();
   });
