@@ -89,7 +89,7 @@ export class LogAudit {
     const leaf = place === undefined ? undefined : this.leaves[place]!;
     const checked = checkEvent(event, stream, leaf, this.treeEnd);
     if (checked.chained) this.events += 1;
-    if (checked.chained && leaf) this.matched[place!] = 1;
+    if (checked.metLeaf) this.matched[place!] = 1;
     return checked.breaks;
   }
 
@@ -116,7 +116,7 @@ export class StreamOrderAudit {
       this.current = { streamName: event.streamName, chain: { version: 0, head: zeroHash } };
     const checked = checkEvent(event, this.current.chain, leaf, this.treeEnd);
     if (checked.chained) this.events += 1;
-    if (checked.chained && leaf) this.matched += 1;
+    if (checked.metLeaf) this.matched += 1;
     return checked.breaks;
   }
 }
@@ -128,26 +128,35 @@ type StreamChain = { version: number; head: string };
  * One event against the one before it in its stream (`chain`, moved on to it) and its leaf:
  * its place in the stream, its hashes, and its leaf's hash, or that it has no leaf though the
  * trees have read past it (`treeEnd`). `chained`: whether the hash chain covers it (the events
- * of another program are only checked for their place).
+ * of another program are only checked for their place, unless the tree holds a leaf for one);
+ * `metLeaf`: whether it met its leaf.
  */
 function checkEvent(
   event: RecordedEvent,
   chain: StreamChain,
   leaf: StoredLeaf | undefined,
   treeEnd: GlobalPosition,
-): { breaks: readonly Break[]; chained: boolean } {
+): { breaks: readonly Break[]; chained: boolean; metLeaf: boolean } {
   const found = new Findings(event, leaf);
   const version = Number(event.version);
   if (version !== chain.version + 1)
     found.add(`follows version ${chain.version}: ${version > chain.version ? 'an event before it is missing' : 'it is out of place'}`);
   chain.version = version;
-  if (!isChained(event)) return { breaks: found.breaks, chained: false };
+  if (!isChained(event)) {
+    if (!leaf) return { breaks: found.breaks, chained: false, metLeaf: false };
+    // The tree took it as the service's own: its metadata was changed since, so that the service
+    // reads it as another program's and leaves it out of the record's history. The chain goes on
+    // from the hash the tree holds for it, so that the next event is judged on its own.
+    found.add(`leaf ${leaf.leafIndex} of the tree holds this event, but its metadata no longer marks it as the service's own (changed)`);
+    chain.head = leaf.hash;
+    return { breaks: found.breaks, chained: false, metLeaf: true };
+  }
   const hash = checkHashes(event, chain.head, found);
   if (leaf) {
     if (leaf.hash !== hash) found.add(`leaf ${leaf.leafIndex} of the tree holds ${leaf.hash}, the event's hash is ${hash}`);
   } else if (comparePositions(event.position, treeEnd) <= 0) found.add('the tree has no leaf for this event');
   chain.head = hash;
-  return { breaks: found.breaks, chained: true };
+  return { breaks: found.breaks, chained: true, metLeaf: leaf !== undefined };
 }
 
 /** What is wrong with one event, if anything: the array is made at the first break. */

@@ -31,11 +31,12 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
   let keys: AuditKeys;
   let database: pg.Pool;
   let before: Checkpoint;
-  const ids: Record<'edited' | 'actor' | 'deleted' | 'swapped' | 'untouched', string> = {
+  const ids: Record<'edited' | 'actor' | 'deleted' | 'swapped' | 'disowned' | 'untouched', string> = {
     edited: '',
     actor: '',
     deleted: '',
     swapped: '',
+    disowned: '',
     untouched: '',
   };
   const legacy = { organization: 'org_legacy', workspace: `ws_legacy${randomUUID().slice(0, 8)}` };
@@ -84,7 +85,7 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       await api.updateWorkspace({ id: workspace.id, name: `${name} 3`, attributes: { step: 3 } });
       ids[name] = workspace.id;
     }
-    before = await checkpointCovering(api, organization, 15);
+    before = await checkpointCovering(api, organization, 18);
     await checkpointCovering(api, legacy.organization, 2);
   }, 120_000);
   afterAll(async () => {
@@ -118,7 +119,9 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     const proofs = Object.fromEntries(
       await Promise.all(Object.entries(ids).map(async ([name, id]) => [name, await api.getWorkspaceProof({ id, size: before.size })])),
     );
-    // The data of an event; its actor; an event deleted; two events' data swapped.
+    // The data of an event; its actor; an event deleted; two events' data swapped; the last event
+    // made to look like another program's (a metadata field the hashes do not cover removed), which
+    // the service's reads then leave out of the record.
     await database.query(`UPDATE es_events SET data = jsonb_set(data, '{name}', '"forged"') WHERE stream_name = $1 AND version = 2`, [
       stream('edited'),
     ]);
@@ -132,6 +135,9 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
        WHERE e.stream_name = $1 AND o.stream_name = $1 AND ((e.version = 2 AND o.version = 3) OR (e.version = 3 AND o.version = 2))`,
       [stream('swapped')],
     );
+    await database.query(`UPDATE es_events SET metadata = metadata - 'request_id' WHERE stream_name = $1 AND version = 3`, [
+      stream('disowned'),
+    ]);
 
     const outcome = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl);
     expect(outcome.code).toBe(1);
@@ -144,6 +150,9 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('deleted', 3)}follows version 1: an event before it is missing`)));
     expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('deleted', 2)}leaf \\d+ of the tree has no event in the log`)));
     for (const version of [2, 3]) expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('swapped', version)}data_hash is`)));
+    expect(lines.filter((line) => line.includes(stream('disowned')))).toEqual([
+      expect.stringMatching(new RegExp(`^${at('disowned', 3)}leaf \\d+ of the tree holds this event, but its metadata no longer marks it`)),
+    ]);
     expect(lines.filter((line) => line.includes(stream('untouched')))).toEqual([]);
     expect(lines.at(-1)).toMatch(/^\d+ break\(s\) in \d+ events, 2 trees, \d+ checkpoints$/);
 

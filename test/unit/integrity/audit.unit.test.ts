@@ -1,6 +1,19 @@
 import { createHash, generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { auditTree, describeBreak, emptyLevel, levelSizes, runsWhere, storeNode, type StoredLevel } from '../../../src/integrity/audit.js';
+import {
+  auditTree,
+  describeBreak,
+  emptyLevel,
+  levelSizes,
+  LogAudit,
+  runsWhere,
+  storeNode,
+  StreamOrderAudit,
+  type StoredLeaf,
+  type StoredLevel,
+} from '../../../src/integrity/audit.js';
+import { hashAppended, zeroHash } from '../../../src/integrity/hashes.js';
+import type { RecordedEvent } from '../../../src/eventstore/port.js';
 import { signCheckpoint, signingKeyFromPem } from '../../../src/integrity/checkpoints.js';
 import { appendLeaves, lookupIn, rootHash, type MerkleNode } from '../../../src/integrity/merkle.js';
 
@@ -111,5 +124,54 @@ describe('runsWhere', () => {
       [7, 9],
     ]);
     expect(runsWhere(3, () => false)).toEqual([]);
+  });
+});
+
+describe('an event of the service made to look like another program’s', () => {
+  const streamName = 'workspace-ws_disowned';
+  const metadata = (occurred_at: string) => ({ actor: 'alice', request_id: 'r1', occurred_at, schema_version: 2 });
+  const stored = [
+    { type: 'WorkspaceCreated', data: { id: 'ws_disowned', organization_id: 'org_a', name: 'A', description: '', attributes: {} } },
+    { type: 'WorkspaceDeleted', data: { id: 'ws_disowned' } },
+  ].map((event, index) => ({ ...event, streamName, version: BigInt(index + 1), metadata: metadata(`2026-11-0${index + 1}T00:00:00Z`) }));
+  const hashes = hashAppended(stored, zeroHash);
+  const leaves: StoredLeaf[] = hashes.map(({ hash }, index) => ({
+    organizationId: 'org_a',
+    leafIndex: index,
+    streamName,
+    version: BigInt(index + 1),
+    hash,
+  }));
+  const end = { commit: 10n, prepare: 10n };
+  const logged = (request_id: boolean): RecordedEvent[] =>
+    stored.map((event, index) => {
+      const { request_id: _dropped, ...rest } = event.metadata;
+      const kept = index === 1 && !request_id ? rest : event.metadata;
+      return {
+        ...event,
+        id: `e${index}`,
+        metadata: { ...kept, ...hashes[index] },
+        position: { commit: BigInt(index + 1), prepare: BigInt(index + 1) },
+      };
+    });
+
+  it('given the leaf the tree holds for it, when its metadata no longer marks it as the service’s, then both audits name it and count its leaf as met', () => {
+    const inOrder = new LogAudit(leaves, end);
+    const byStream = new StreamOrderAudit(end);
+    for (const [index, event] of logged(true).entries()) {
+      expect(inOrder.check(event)).toEqual([]);
+      expect(byStream.check(event, leaves[index])).toEqual([]);
+    }
+    const disowned = logged(false);
+    const again = new LogAudit(leaves, end);
+    const againByStream = new StreamOrderAudit(end);
+    const breaks = disowned.flatMap((event, index) => [...again.check(event), ...againByStream.check(event, leaves[index])]);
+    expect(breaks).toHaveLength(2);
+    for (const found of breaks) {
+      expect(found).toMatchObject({ organizationId: 'org_a', streamName, version: 2n });
+      expect(found.message).toMatch(/^leaf 1 of the tree holds this event, but its metadata no longer marks it as the service's own/);
+    }
+    expect(again.unmatchedLeaves()).toEqual([]);
+    expect(againByStream.matched).toBe(2);
   });
 });
