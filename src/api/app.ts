@@ -80,10 +80,19 @@ function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, 
   socket.destroy();
 }
 
-/** Aborts when the client goes away before its answer: a long poll stops waiting for it. */
-function closedSignal(reply: FastifyReply): AbortSignal {
+/**
+ * Aborts when the client goes away before its answer, or when the service begins to stop: a long
+ * poll stops waiting, and answers what it has (contract §14: possibly no items) while its
+ * connection can still carry the answer, rather than being cut off when the drain time is up.
+ */
+function longPollSignal(reply: FastifyReply, stopping: AbortSignal): AbortSignal {
   const controller = new AbortController();
-  reply.raw.once('close', () => controller.abort());
+  const abort = () => controller.abort();
+  stopping.addEventListener('abort', abort, { once: true });
+  reply.raw.once('close', () => {
+    stopping.removeEventListener('abort', abort);
+    abort();
+  });
   return controller.signal;
 }
 
@@ -122,7 +131,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   acceptJsonBodies(app);
   const connections = drainConnectionsOnClose(app, options.shutdownDrainMs ?? 10_000);
-  app.addHook('preClose', async () => changeStreams.closeAll());
+  // The stop begins: open change streams end (their clients resume elsewhere with Last-Event-ID), long polls answer.
+  const stopping = new AbortController();
+  app.addHook('preClose', async () => {
+    stopping.abort();
+    changeStreams.closeAll();
+  });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     // Read after the stop began, behind an answer saying `connection: close`: the client takes it as not done, so it is not.
@@ -208,7 +222,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         commands: services.commands,
         queries: services.queries,
         webhooks: services.webhooks,
-        ...(query === 'list_changes' ? { signal: closedSignal(reply) } : {}),
+        ...(query === 'list_changes' ? { signal: longPollSignal(reply, stopping.signal) } : {}),
       };
       const run = async () => ({ data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, context) });
       if (key === undefined || requestHash === undefined) return run();

@@ -82,4 +82,26 @@ describe('change stream life', () => {
     // Exit code 0: the shutdown finished; had the stream held it, the 15 s guard would have exited with 1.
     expect(service.child.exitCode, service.output()).toBe(0);
   });
+
+  it('answers a long poll on SIGTERM with what it has, rather than holding it until the drain time cuts its connection', async () => {
+    // A drain time shorter than the poll's wait: a poll left waiting would hold the stop that long, then lose its answer.
+    const service = await startService({ SHUTDOWN_DRAIN_MS: '5000' });
+    const token = await service.token(['org_stream_life']);
+    const polling = fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: jsonHeaders(token),
+      body: JSON.stringify({ query: 'list_changes', params: { organization_id: 'org_stream_life', wait_ms: 30_000 } }),
+    });
+    // The poll is waiting once the service has read it; a second's grace is ample for that.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const stopping = service.signal('SIGTERM');
+    const answer = await polling;
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get('connection')).toBe('close');
+    const { data } = (await answer.json()) as { data: { items: unknown[]; next: string; has_more: boolean } };
+    expect(data).toMatchObject({ items: [], has_more: false });
+    expect(data.next).toMatch(/^[A-Za-z0-9_-]{1,128}$/);
+    await stopping;
+    expect(service.child.exitCode, service.output()).toBe(0);
+  });
 });
