@@ -44,7 +44,7 @@ function organizationOf(created: Envelope | undefined): string | undefined {
   return created && 'organization_id' in created.data ? created.data.organization_id : undefined;
 }
 
-/** One event as a history item; `version` is its 1-based place among the record's events. */
+/** One event as a history item; `version` is its 1-based place in the record's stream (contract §12), another program's events counted. */
 export const historyItem = <K extends RecordKind>(event: Envelope, version: number, { data_hash, previous_hash, hash }: EventHashes) =>
   // A record's stream holds only its own kind's events (stream-names.ts), so the cast only narrows.
   ({
@@ -91,7 +91,7 @@ export async function recordHistory<K extends RecordKind>(
   return { total, page: request.page, size: request.size, items };
 }
 
-/** The history page out of the whole stream, numbering the service's own events only. */
+/** The history page out of the whole stream, paging the service's own events only; each keeps its version in the stream. */
 async function wholeHistory<K extends RecordKind>(
   store: EventStore,
   kind: K,
@@ -105,7 +105,7 @@ async function wholeHistory<K extends RecordKind>(
   const start = (request.page - 1) * request.size;
   const items = logged
     .slice(start, start + request.size)
-    .map(({ event }, index) => historyItem<K>(event, start + index + 1, hashes[start + index]!));
+    .map(({ event, version }, index) => historyItem<K>(event, Number(version), hashes[start + index]!));
   return { total: logged.length, page: request.page, size: request.size, items };
 }
 

@@ -207,7 +207,7 @@ async function diffOf<State, Event extends WorkspaceEvent | SolutionEvent, Recor
   to: Timestamp | undefined,
 ) {
   const streamName = source.streamName(id);
-  // The provenance state counts the record's events, which numbers the changes: its fields are not needed.
+  // The record's state at `from` and where in the stream it stands: the provenance state's fields are not needed.
   const atFrom = await provenanceAt(store, snapshots, source, id, from);
   const atTo = await foldOn(store, streamName, source.fold.evolve, atFrom.state.state, atFrom.version, to);
   const [before = null, after = null] = await recordsAt(
@@ -220,7 +220,7 @@ async function diffOf<State, Event extends WorkspaceEvent | SolutionEvent, Recor
   );
   if (before === null && after === null) throw notFound(source.kind);
   const hashes = await hashesOf(store, streamName, atTo.events);
-  const changes = atTo.events.map((logged, index) => historyItem(logged.event, atFrom.state.version + index + 1, hashes[index]!));
+  const changes = atTo.events.map((logged, index) => historyItem(logged.event, Number(logged.version), hashes[index]!));
   return { from: before, to: after, patch: recordPatch(before, after), changes };
 }
 

@@ -140,9 +140,15 @@ export async function verifyRecord(proof: RecordProof, checkpoint: Checkpoint, k
   }
   if (proof.events.length === 0) problems.push({ message: 'the proof holds no event' });
   let previous = zeroHash;
+  let previousVersion = 0;
   for (const [index, event] of proof.events.entries()) {
     const at = (message: string) => problems.push({ version: event.version, message });
-    if (event.version !== index + 1) at(`expected version ${index + 1}: an event is missing or out of place`);
+    // The record begins its stream; after that, versions only rise. They may skip the versions of
+    // another program's events, which the chain does not cover: a missing event of the record's
+    // own breaks the chain (previous_hash) instead.
+    if (index === 0 && event.version !== 1) at("expected version 1: the record's first event is missing");
+    if (index > 0 && event.version <= previousVersion) at(`expected a version after ${previousVersion}: the event is out of place`);
+    previousVersion = event.version;
     const dataHash = await sha256Text(canonicalJson(event.stored_data));
     if (dataHash !== event.data_hash) at(`data_hash is ${event.data_hash}, the stored data hashes to ${dataHash}`);
     if (event.previous_hash !== previous) at(`previous_hash is ${event.previous_hash}, the previous event's hash is ${previous}`);

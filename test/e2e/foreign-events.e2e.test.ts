@@ -6,7 +6,8 @@ import { writeRawEvent } from '../support/foreign-writes.js';
 import { scrape, total } from '../support/metrics.js';
 import { startTestService, type TestService } from '../support/service.js';
 import { runCli } from '../int/cli-run.js';
-import { ok } from './helpers.js';
+import { verifyRecord, type AuditKeys } from '../../src/client/index.js';
+import { checkpointCovering, ok } from './helpers.js';
 
 /**
  * A shared event store: other programs write into streams named like the service's. Their events
@@ -23,7 +24,7 @@ describe('events another program wrote into service streams', () => {
 
   beforeAll(async () => {
     const logger = pino({ level: 'warn' }, { write: (line: string) => void logLines.push(JSON.parse(line) as Record<string, unknown>) });
-    service = await startTestService({ logger });
+    service = await startTestService({ logger, env: { AUDIT_CHECKPOINT_INTERVAL_MS: '200' } });
     token = await service.token([org]);
   });
   afterAll(() => service?.close());
@@ -60,6 +61,18 @@ describe('events another program wrote into service streams', () => {
     const history = await ok(service, token, 'get_workspace_history', { id: workspace.id, page: 1, size: 10 });
     expect(history.items.map((item) => item.type)).toEqual(['WorkspaceCreated', 'WorkspaceUpdated']);
     expect(history.total).toBe(2);
+    // Versions are the events' places in the stream, the foreign ones counted (contract §12), as the feed and proofs give them.
+    expect(history.items.map((item) => item.version)).toEqual([1, 4]);
+    const changes = await ok(service, token, 'list_changes', { organization_id: org, workspace_id: workspace.id });
+    expect(changes.items.filter((change) => change.type.startsWith('Workspace')).map((change) => change.version)).toEqual([1, 4]);
+    const diff = await ok(service, token, 'diff_workspace', { id: workspace.id, from: beforeForeign });
+    expect(diff.changes.map((item) => item.version)).toEqual([4]);
+    // The proof of the record verifies with the client's own function: the foreign events are outside its chain.
+    const checkpoint = await checkpointCovering(service, token, org, 4);
+    const proof = await ok(service, token, 'get_workspace_proof', { id: workspace.id, size: checkpoint.size });
+    expect(proof.events.map((event) => event.version)).toEqual([1, 4]);
+    const keys = (await (await fetch(`${service.url}/audit-keys`)).json()) as AuditKeys;
+    expect(await verifyRecord(proof, checkpoint, keys)).toEqual({ valid: true, problems: [] });
     const solutionHistory = await ok(service, token, 'get_solution_history', { id: solution.id, page: 1, size: 10 });
     expect(solutionHistory.items.map((item) => item.type)).toEqual(['SolutionCreated', 'SolutionUpdated']);
     expect((await ok(service, token, 'get_workspace', { id: workspace.id, as_of: beforeForeign })).name).toBe('Shared store');
