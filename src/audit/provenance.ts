@@ -86,13 +86,13 @@ export function foldUntil<State, Event extends { metadata: { occurred_at: Timest
   return { state: current, taken };
 }
 
-/** Who gave a field its present value: the event's 1-based version in the record's history, when and by whom. */
+/** Who gave a field its present value: the event's 1-based version in the record's stream, when and by whom. */
 export type FieldProvenance = { path: string; value: unknown; version: number; set_at: Timestamp; set_by: string };
 
 /** A record's state with, for each of its fields, the event after which it has held its present value. */
 export type ProvenanceState<State> = {
   state: State;
-  /** How many of the record's events are folded in: the next event's version is this plus one. */
+  /** The version in the stream of the last event folded in (0 before any): another program's events between are counted. */
   version: number;
   /**
    * By path, in the order of the record's fields. A plain object, so that the whole state is JSON
@@ -141,9 +141,9 @@ export function sameJson(a: unknown, b: unknown): boolean {
  */
 export const provenanceEvolve =
   <State, Event extends WorkspaceEvent | SolutionEvent, RecordValue>(fold: RecordFold<State, Event, RecordValue>) =>
-  (previous: ProvenanceState<State>, event: Envelope<Event>): ProvenanceState<State> => {
+  (previous: ProvenanceState<State>, event: Envelope<Event>, streamVersion: bigint): ProvenanceState<State> => {
     const state = fold.evolve(previous.state, event);
-    const version = previous.version + 1;
+    const version = Number(streamVersion);
     const record = fold.present(state);
     const fields: Record<string, FieldProvenance> = {};
     if (record !== undefined) {

@@ -195,7 +195,7 @@ export async function verifySnapshots(store: EventStore, pool: Pool): Promise<{ 
         continue;
       }
       for (; folded < events.length && events[folded]!.version <= snapshot.head.version; folded++)
-        state = evolve(state, events[folded]!.event);
+        state = evolve(state, events[folded]!.event, events[folded]!.version);
       const event = events[folded - 1];
       if (event?.version !== snapshot.head.version || event.id !== snapshot.eventId) {
         differences.push(`${where}: the stream has no event ${snapshot.eventId} at that version`);
@@ -278,7 +278,11 @@ export async function verifyCommandIndex(store: EventStore, pool: Pool): Promise
 }
 
 /** How the state a snapshot key holds is folded: a record's own state, or its provenance (src/audit/provenance.ts). */
-function snapshotFold(key: string): { streamName: string; evolve: (state: unknown, event: Envelope) => unknown; initialState: unknown } {
+function snapshotFold(key: string): {
+  streamName: string;
+  evolve: (state: unknown, event: Envelope, version: bigint) => unknown;
+  initialState: unknown;
+} {
   const provenanceOf = provenanceSnapshotStream(key);
   const streamName = provenanceOf ?? key;
   const isWorkspace = streamName.startsWith(streamPrefixes.workspace);
@@ -286,7 +290,7 @@ function snapshotFold(key: string): { streamName: string; evolve: (state: unknow
     const evolve = isWorkspace ? provenanceEvolve(workspaceFold) : provenanceEvolve(solutionFold);
     return {
       streamName,
-      evolve: evolve as (state: unknown, event: Envelope) => unknown,
+      evolve: evolve as (state: unknown, event: Envelope, version: bigint) => unknown,
       initialState: isWorkspace ? initialProvenance(workspaceFold) : initialProvenance(solutionFold),
     };
   }

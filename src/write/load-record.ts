@@ -25,7 +25,10 @@ export type LoadOptions = {
 const firstPageSize = Number(snapshotInterval) + 28;
 const largestPageSize = 4096;
 
-type Evolving<State, Event extends DomainEvent> = Pick<Decider<unknown, State, Event>, 'initialState' | 'evolve'>;
+/** A fold over a record's events; `version`, the event's place in the stream, is there for folds that number events (provenance). */
+type Evolving<State, Event extends DomainEvent> = Pick<Decider<unknown, State, Event>, 'initialState'> & {
+  evolve: (state: State, event: Envelope<Event>, version: bigint) => State;
+};
 
 /** A record's state folded up to a point of its stream: the version there, and the last of the service's events folded (or a snapshot's own). */
 export type Folded<State> = { state: State; version: bigint; lastOwn: LoggedEvent | undefined };
@@ -95,7 +98,7 @@ async function foldFrom<State, Event extends DomainEvent>(
       }
       lastOwn = logged;
       if (logged.version <= version) continue;
-      state = decider.evolve(state, logged.event as Envelope<Event>);
+      state = decider.evolve(state, logged.event as Envelope<Event>, logged.version);
       if (logged.version % snapshotInterval === 0n)
         made.push({ streamName, head: { version: logged.version }, eventId: logged.id, occurredAt, state });
     }

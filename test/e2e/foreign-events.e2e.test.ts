@@ -67,6 +67,8 @@ describe('events another program wrote into service streams', () => {
     expect(changes.items.filter((change) => change.type.startsWith('Workspace')).map((change) => change.version)).toEqual([1, 4]);
     const diff = await ok(service, token, 'diff_workspace', { id: workspace.id, from: beforeForeign });
     expect(diff.changes.map((item) => item.version)).toEqual([4]);
+    const provenance = await ok(service, token, 'get_workspace_provenance', { id: workspace.id });
+    expect(provenance.fields.find((field) => field.path === '/name')).toMatchObject({ value: 'Renamed', version: 4 });
     // The proof of the record verifies with the client's own function: the foreign events are outside its chain.
     const checkpoint = await checkpointCovering(service, token, org, 4);
     const proof = await ok(service, token, 'get_workspace_proof', { id: workspace.id, size: checkpoint.size });

@@ -10,6 +10,7 @@ import {
   solutionFold,
   workspaceFold,
   type FieldProvenance,
+  type ProvenanceState,
 } from '../../../src/audit/provenance.js';
 import type { Envelope, SolutionEvent, WorkspaceEvent } from '../../../src/domain/events.js';
 import type { JsonObject } from '../../../src/domain/merge-patch.js';
@@ -21,12 +22,20 @@ import { at, solutionCreated, solutionUpdated, workspaceCreated, workspaceDelete
 
 const by = (actor: string) => ({ actor });
 
+/** Provenance over a stream's events given one after another from its start, with nothing of another program's between. */
+const inStreamOrder =
+  <State, Event extends WorkspaceEvent | SolutionEvent>(
+    evolve: (state: ProvenanceState<State>, event: Envelope<Event>, version: bigint) => ProvenanceState<State>,
+  ) =>
+  (state: ProvenanceState<State>, event: Envelope<Event>) =>
+    evolve(state, event, BigInt(state.version + 1));
+
 /** Given a workspace's events, when provenance is folded up to `until`, the fields with their origins. */
 const workspaceProvenance = (events: Envelope<WorkspaceEvent>[], until?: Timestamp): FieldProvenance[] => [
-  ...Object.values(foldUntil(provenanceEvolve(workspaceFold), initialProvenance(workspaceFold), events, until).state.fields),
+  ...Object.values(foldUntil(inStreamOrder(provenanceEvolve(workspaceFold)), initialProvenance(workspaceFold), events, until).state.fields),
 ];
 const solutionProvenance = (events: Envelope<SolutionEvent>[], until?: Timestamp): FieldProvenance[] => [
-  ...Object.values(foldUntil(provenanceEvolve(solutionFold), initialProvenance(solutionFold), events, until).state.fields),
+  ...Object.values(foldUntil(inStreamOrder(provenanceEvolve(solutionFold)), initialProvenance(solutionFold), events, until).state.fields),
 ];
 
 const origin = (fields: FieldProvenance[], path: string) => {
@@ -163,7 +172,7 @@ describe('foldUntil: a record up to an instant', () => {
   });
 
   it('continued from a state part-way (a snapshot) ends where the whole fold ends, versions included', () => {
-    const evolve = provenanceEvolve(workspaceFold);
+    const evolve = inStreamOrder(provenanceEvolve(workspaceFold));
     const whole = foldUntil(evolve, initialProvenance(workspaceFold), events, undefined).state;
     const part = foldUntil(evolve, initialProvenance(workspaceFold), events.slice(0, 1), undefined).state;
     // Kept as a snapshot is kept: as JSON text.
@@ -171,6 +180,15 @@ describe('foldUntil: a record up to an instant', () => {
     const resumed = foldUntil(evolve, snapshot, events.slice(1), undefined).state;
     expect(resumed).toEqual(whole);
     expect(resumed.fields['/attributes/n']).toMatchObject({ version: 3, set_by: 'carol' });
+  });
+
+  it("given another program's event between two of the record's, the later one's fields carry its own version in the stream", () => {
+    const evolve = provenanceEvolve(workspaceFold);
+    const created = evolve(initialProvenance(workspaceFold), events[0]!, 1n);
+    const updated = evolve(created, events[1]!, 3n);
+    expect(created.fields['/name']).toMatchObject({ version: 1 });
+    expect(Object.values(updated.fields).map((field) => field.version)).toContain(3);
+    expect(Object.values(updated.fields).some((field) => field.version === 2)).toBe(false);
   });
 });
 
