@@ -68,6 +68,14 @@ export async function recordProof(
   ]);
   const leaves = streamLeaves.filter((leaf) => leaf.leafIndex < checkpoint.size);
   const byVersion = new Map(logged.map((entry) => [entry.version, entry.stored]));
+  // A leaf whose event the service no longer reads as its own (its metadata was changed since the
+  // tree took it) is shown with the event as stored, for the verifier to judge: left out, it would
+  // hide that event (a deletion, say) from anyone checking the record.
+  for (const leaf of leaves) {
+    if (byVersion.has(leaf.version)) continue;
+    const [stored] = await store.readStream(leaf.streamName, { from: leaf.version, limit: 1 });
+    if (stored?.version === leaf.version) byVersion.set(leaf.version, stored);
+  }
   const covered = leaves.flatMap((leaf) => {
     const stored = byVersion.get(leaf.version);
     return stored ? [{ leaf, stored }] : [];

@@ -162,6 +162,11 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       const verdict = await verifyRecord(now, before, keys);
       expect(verdict.valid, name).toBe(false);
     }
+    // The disowned event is still in the record's proof, as stored: what its hash covers is intact,
+    // so it verifies, and the client sees the event the history now leaves out.
+    const disowned = await api.getWorkspaceProof({ id: ids.disowned, size: before.size });
+    expect(disowned.events.map((event) => event.version)).toEqual([1, 2, 3]);
+    expect(await verifyRecord(disowned, before, keys)).toEqual({ valid: true, problems: [] });
     expect(await verifyRecord(proofs.untouched!, before, keys)).toEqual({ valid: true, problems: [] });
     expect(await verifyRecord(await api.getWorkspaceProof({ id: ids.untouched, size: before.size }), before, keys)).toEqual({
       valid: true,
