@@ -180,17 +180,21 @@ const merge = (samples: Sample[]): Sample => ({
 const throughput = (sample: Sample) => (sample.count * 1000) / sample.elapsedMs;
 const fmt = (n: number, digits = 1) => n.toFixed(digits).padStart(8);
 
-async function createDatabases(adminUrl: string, names: string[]): Promise<string[]> {
+/** Runs `statements(name)` for each of the names, on the server `adminUrl` names. */
+async function onEachDatabase(adminUrl: string, names: string[], statements: (name: string) => string[]): Promise<void> {
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
   try {
-    for (const name of names) {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.query(`CREATE DATABASE ${name}`);
-    }
+    for (const name of names) for (const statement of statements(name)) await admin.query(statement);
   } finally {
     await admin.end();
   }
+}
+
+const dropStatement = (name: string) => `DROP DATABASE IF EXISTS ${name} WITH (FORCE)`;
+
+async function createDatabases(adminUrl: string, names: string[]): Promise<string[]> {
+  await onEachDatabase(adminUrl, names, (name) => [dropStatement(name), `CREATE DATABASE ${name}`]);
   return names.map((name) => databaseUrlOn(adminUrl, name));
 }
 
@@ -216,7 +220,8 @@ const logger = pino({ level: 'warn' });
 const dataDir = mkdtempSync(path.join(tmpdir(), 'wsapi-bench-'));
 const embedded = process.env.DATABASE_URL ? undefined : await startEmbeddedPostgres(dataDir, logger);
 const adminUrl = process.env.DATABASE_URL ?? embedded!.url;
-const [serviceDatabase, baselineDatabase] = await createDatabases(adminUrl, ['bench_service', 'bench_crud']);
+const benchDatabases = ['bench_service', 'bench_crud'];
+const [serviceDatabase, baselineDatabase] = await createDatabases(adminUrl, benchDatabases);
 /** A start that fails (a service that does not answer in time, on a loaded machine) leaves no embedded PostgreSQL running. */
 const abandon = async (error: unknown): Promise<never> => {
   await embedded?.stop();
@@ -252,6 +257,9 @@ try {
   await second?.signal('SIGTERM');
   await service.signal('SIGTERM');
   baseline.child.kill('SIGTERM');
+  // On DATABASE_URL's server the databases would outlive the run; an embedded server's go with its directory.
+  // FORCE ends whatever connection a process on its way out still holds.
+  if (!embedded) await onEachDatabase(adminUrl, benchDatabases, (name) => [dropStatement(name)]);
   await embedded?.stop();
   rmSync(dataDir, { recursive: true, force: true });
 }
