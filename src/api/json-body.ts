@@ -40,10 +40,11 @@ export function inexactNumbersOf(body: unknown): ErrorDetail[] {
 }
 
 /**
- * Up to 15 significant digits and no exponent always survive a double; only a longer run of
- * digits or an exponent can lose anything, so most bodies are not scanned at all.
+ * Up to 15 significant digits and no exponent always survive a double; only sixteen digits or
+ * more (a decimal point may split them) or an exponent can lose anything, so most bodies are not
+ * scanned at all.
  */
-const mayHoldInexactNumbers = (text: string) => /\d{16}|\d[eE]/.test(text);
+const mayHoldInexactNumbers = (text: string) => /(?:\d\.?){16}|\d[eE]/.test(text);
 
 type Container = { kind: 'object'; key: string } | { kind: 'array'; index: number };
 

@@ -75,6 +75,9 @@ describe('bodies are stored exactly as sent, or refused', () => {
     ['9007199254740993', 'params.attributes.big'],
     ['1e-400', 'params.attributes.big'],
     ['-12345678901234567', 'params.attributes.big'],
+    // Seventeen or more significant digits on both sides of the point, no run of sixteen.
+    ['123456789.123456789', 'params.attributes.big'],
+    ['12345678.90123456789', 'params.attributes.big'],
   ])('the number %s, which a double cannot hold, is a validation_error naming %s, and nothing is stored', async (number, path) => {
     const before = await total();
     const body = `{"query":"create_workspace","params":{"organization_id":"${org}","name":"n","attributes":{"big":${number}}}}`;
