@@ -30,7 +30,7 @@ export async function runKeyedCommand(options: {
     // The caller may have lost access to the record since: a replay must not show it.
     const organizationId = (started.replay.body as { data?: { organization_id?: unknown } }).data?.organization_id;
     if (typeof organizationId === 'string' && !organizations.has(organizationId)) throw notFound('record');
-    return { ...started.replay, replayed: true };
+    return { status: started.replay.status, body: naming(started.replay.body, requestId), replayed: true };
   }
   const { claim } = started;
   let body: unknown;
@@ -49,4 +49,14 @@ export async function runKeyedCommand(options: {
   // The command's events are stored: its answer stands even if keeping it for replays fails.
   await claim.complete({ status: 200, body }).catch(keepFailed);
   return { status: 200, body, replayed: false };
+}
+
+/**
+ * A kept answer as this request gives it: a kept error names this request, as its `x-request-id`
+ * header and log line do (contract §1), not the request that first answered it.
+ */
+function naming(body: unknown, requestId: string): unknown {
+  const error = (body as { error?: unknown } | null)?.error;
+  if (typeof error !== 'object' || error === null || !('request_id' in error)) return body;
+  return { ...(body as object), error: { ...error, request_id: requestId } };
 }

@@ -49,7 +49,10 @@ describe('Idempotency-Key on commands', () => {
     const again = await callApi(service, token, 'delete_workspace', missing, { 'idempotency-key': 'key-error' });
     expect(first.status).toBe(404);
     expect(again.status).toBe(404);
-    expect(again.body).toEqual(first.body);
+    // The same error, naming the request that answers it, as its x-request-id header does (contract §1).
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(again.body).toEqual({ error: { ...first.body.error, request_id: again.headers.get('x-request-id') } });
+    expect(again.body.error.request_id).not.toBe(first.body.error.request_id);
 
     const other = await service.token(['org_idem'], undefined, 'user-2');
     const mine = await create('key-shared', 'Mine');
