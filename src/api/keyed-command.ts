@@ -30,7 +30,7 @@ export async function runKeyedCommand(options: {
     // The caller may have lost access to the record since: a replay must not show it.
     const organizationId = (started.replay.body as { data?: { organization_id?: unknown } }).data?.organization_id;
     if (typeof organizationId === 'string' && !organizations.has(organizationId)) throw notFound('record');
-    return { status: started.replay.status, body: naming(started.replay.body, requestId), replayed: true };
+    return { status: started.replay.status, body: withRequestId(started.replay.body, requestId), replayed: true };
   }
   const { claim } = started;
   let body: unknown;
@@ -55,7 +55,7 @@ export async function runKeyedCommand(options: {
  * A kept answer as this request gives it: a kept error names this request, as its `x-request-id`
  * header and log line do (contract §1), not the request that first answered it.
  */
-function naming(body: unknown, requestId: string): unknown {
+function withRequestId(body: unknown, requestId: string): unknown {
   const error = (body as { error?: unknown } | null)?.error;
   if (typeof error !== 'object' || error === null || !('request_id' in error)) return body;
   return { ...(body as object), error: { ...error, request_id: requestId } };

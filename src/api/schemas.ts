@@ -13,6 +13,7 @@ import {
   timestamp,
   webhookId,
   wellFormed,
+  withoutControlCharacters,
   workspaceId,
 } from '../domain/values.js';
 
@@ -67,9 +68,9 @@ export const cursor = z
 
 const changeType = z.enum(changeTypes);
 /** Stored as given (contract §5): so never a character that PostgreSQL refuses or the URL parser drops (NUL, tab, line feed). */
-const webhookUrl = wellFormed(z.string().min(1).max(2048))
-  .refine((value) => !/\p{Cc}/u.test(value), 'must not contain control characters')
-  .meta({ description: 'Where changes are POSTed: https://, a public address (checked again at every connection).' });
+const webhookUrl = withoutControlCharacters(wellFormed(z.string().min(1).max(2048))).meta({
+  description: 'Where changes are POSTed: https://, a public address (checked again at every connection).',
+});
 const webhookTypes = z.array(changeType).min(1).meta({ description: 'The event types delivered; default all six.' });
 const deliveryStatus = z.enum(['pending', 'succeeded', 'failed']);
 

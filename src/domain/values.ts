@@ -54,10 +54,15 @@ const codePoints = (value: string) => [...value].length;
 export const wellFormed = (schema: z.ZodString) =>
   schema.refine((value) => value.isWellFormed(), 'must be well-formed Unicode (no lone surrogates)');
 
-export const name = wellFormed(z.string())
-  .refine((value) => codePoints(value) >= 1 && codePoints(value) <= 50, 'must be 1 to 50 characters')
-  .refine((value) => /\S/u.test(value), 'must contain a non-whitespace character')
-  .refine((value) => !/\p{Cc}/u.test(value), 'must not contain control characters')
+/** No control character at all (Unicode category Cc), as names and webhook urls have. */
+export const withoutControlCharacters = <Schema extends z.ZodType<string>>(schema: Schema) =>
+  schema.refine((value) => !/\p{Cc}/u.test(value), 'must not contain control characters');
+
+export const name = withoutControlCharacters(
+  wellFormed(z.string())
+    .refine((value) => codePoints(value) >= 1 && codePoints(value) <= 50, 'must be 1 to 50 characters')
+    .refine((value) => /\S/u.test(value), 'must contain a non-whitespace character'),
+)
   // JSON Schema counts a string's length in code points, as the contract does (§5).
   .meta({ minLength: 1, maxLength: 50, description: '1 to 50 code points, not only whitespace, no control characters.' });
 

@@ -168,6 +168,18 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     expect(disowned.events.map((event) => event.version)).toEqual([1, 2, 3]);
     expect(await verifyRecord(disowned, before, keys)).toEqual({ valid: true, problems: [] });
     expect(await verifyRecord(proofs.untouched!, before, keys)).toEqual({ valid: true, problems: [] });
+    // Versions may skip another program's events, but the record's first event must be there and
+    // the rest in rising order: a proof served without the first, or with two swapped, fails on that too.
+    const whole = proofs.untouched!;
+    expect((await verifyRecord({ ...whole, events: whole.events.slice(1) }, before, keys)).problems).toContainEqual({
+      version: 2,
+      message: "expected version 1: the record's first event is missing",
+    });
+    const swapped = { ...whole, events: [whole.events[0]!, whole.events[2]!, whole.events[1]!] };
+    expect((await verifyRecord(swapped, before, keys)).problems).toContainEqual({
+      version: 2,
+      message: 'expected a version after 3: the event is out of place',
+    });
     expect(await verifyRecord(await api.getWorkspaceProof({ id: ids.untouched, size: before.size }), before, keys)).toEqual({
       valid: true,
       problems: [],
