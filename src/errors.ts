@@ -41,6 +41,9 @@ export class RetryLater extends ServiceError {
 
 export const notFound = (what: string) => new ServiceError('not_found', `${what} not found`);
 
+/** `create_workspace` naming an organization the token does not grant (contract §2). */
+export const organizationNotGranted = () => new ServiceError('forbidden', 'the token does not grant access to this organization');
+
 export const invalid = (path: string, message: string) => new ServiceError('validation_error', 'invalid parameters', [{ path, message }]);
 
 /** The event store or read database cannot be reached, or did not answer in time. */

@@ -3,7 +3,7 @@ import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
-import { ServiceError } from '../errors.js';
+import { notFound, organizationNotGranted, ServiceError } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Readiness } from '../observability/readiness.js';
@@ -235,6 +235,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         requestId: request.id,
         log: request.log,
         run,
+        lostAccess: () => (query === 'create_workspace' ? organizationNotGranted() : notFound('record')),
       });
       if (answer.replayed) reply.header('idempotent-replayed', 'true');
       return reply.code(answer.status).send(answer.body);

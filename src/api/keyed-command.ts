@@ -1,5 +1,5 @@
 import type { FastifyBaseLogger } from 'fastify';
-import { notFound } from '../errors.js';
+import type { ServiceError } from '../errors.js';
 import { errorBody, statusOf, toServiceError } from './errors.js';
 import type { IdempotencyKeys } from './idempotency.js';
 
@@ -20,16 +20,19 @@ export async function runKeyedCommand(options: {
   requestId: string;
   log: FastifyBaseLogger;
   run: () => Promise<unknown>;
+  /** What the request answers now to a caller without access to the organization of the kept answer. */
+  lostAccess: () => ServiceError;
 }): Promise<KeyedAnswer> {
-  const { keys, subject, organizations, key, requestHash, requestId, log, run } = options;
+  const { keys, subject, organizations, key, requestHash, requestId, log, run, lostAccess } = options;
   const keepFailed = (error: unknown) =>
     log.warn({ err: (error as Error).message }, 'could not keep the outcome of a keyed request; a retry finds it in the events');
 
   const started = await keys.begin(subject, key, requestHash);
   if ('replay' in started) {
-    // The caller may have lost access to the record since: a replay must not show it.
+    // The caller may have lost access to the record since: a replay must not show it, and answers
+    // what the request would without the key.
     const organizationId = (started.replay.body as { data?: { organization_id?: unknown } }).data?.organization_id;
-    if (typeof organizationId === 'string' && !organizations.has(organizationId)) throw notFound('record');
+    if (typeof organizationId === 'string' && !organizations.has(organizationId)) throw lostAccess();
     return { status: started.replay.status, body: withRequestId(started.replay.body, requestId), replayed: true };
   }
   const { claim } = started;

@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { notFound, RetryLater, ServiceError } from '../errors.js';
+import { notFound, organizationNotGranted, RetryLater, ServiceError } from '../errors.js';
 import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { CascadeWorker } from './cascade.js';
@@ -159,7 +159,7 @@ export class CommandHandlers {
 
   async createWorkspace(params: CreateWorkspaceParams, caller: Caller): Promise<Workspace> {
     if (!caller.organizations.has(params.organization_id)) {
-      throw new ServiceError('forbidden', 'the token does not grant access to this organization');
+      throw organizationNotGranted();
     }
     const id = this.deps.newId('ws_', caller.commandId);
     const outcome = await this.createInOrder(workspaceStream(id), workspaceDecider, caller, (context) => ({

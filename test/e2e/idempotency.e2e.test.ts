@@ -90,13 +90,31 @@ describe('Idempotency-Key on commands', () => {
     expect(bad.body.error.code).toBe('bad_request');
   });
 
-  it('does not replay a record to a caller who has lost access to its organization', async () => {
+  it('does not replay a record to a caller who has lost access to its organization: the answer is the one the request gets now', async () => {
     const created = await create('key-access', 'Kept');
     expect(created.status).toBe(200);
     const withoutAccess = await service.token([], undefined, 'user-1');
     const replay = await create('key-access', 'Kept', withoutAccess);
-    expect(replay.status).toBe(404);
+    const unkeyed = await callApi(service, withoutAccess, 'create_workspace', { organization_id: 'org_idem', name: 'Kept' });
+    expect(unkeyed.status).toBe(403);
+    expect(replay.status).toBe(403);
+    expect(replay.body.error.code).toBe('forbidden');
+    expect(replay.body.error.message).toBe(unkeyed.body.error.message);
     expect(JSON.stringify(replay.body)).not.toContain('Kept');
+
+    const update = (bearer: string) =>
+      callApi(
+        service,
+        bearer,
+        'update_workspace',
+        { id: created.body.data.id, name: 'Renamed' },
+        { 'idempotency-key': 'key-access-update' },
+      );
+    expect((await update(token)).status).toBe(200);
+    const updateReplay = await update(withoutAccess);
+    expect(updateReplay.status).toBe(404);
+    expect(updateReplay.body.error.code).toBe('not_found');
+    expect(JSON.stringify(updateReplay.body)).not.toContain('Renamed');
   });
 
   it('keeps the field order of the first answer in a replay', async () => {
