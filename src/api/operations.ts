@@ -7,7 +7,7 @@ import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { FieldProvenance } from '../audit/provenance.js';
 import type { RecordDiff } from '../audit/provenance-reads.js';
 import type { Checkpoint } from '../integrity/checkpoints.js';
-import type { ProofEvent } from '../integrity/adapters/proofs.js';
+import type { RecordProof } from '../integrity/adapters/proofs.js';
 import type { Page, PageRequest } from '../read/pages.js';
 import type { CommandHandlers, Caller } from '../write/handlers.js';
 import type { Solution } from '../domain/solution.js';
@@ -54,12 +54,7 @@ export type Queries = {
   ): Promise<RecordDiff<K>>;
   /** Contract §16: the organization's latest checkpoint, or the one of `size`. */
   checkpoint(organizationId: string, organizations: ReadonlySet<string>, size: number | undefined): Promise<Checkpoint>;
-  recordProof(
-    kind: RecordKind,
-    id: string,
-    organizations: ReadonlySet<string>,
-    size: number | undefined,
-  ): Promise<{ checkpoint: Checkpoint; events: ProofEvent[] }>;
+  recordProof(kind: RecordKind, id: string, organizations: ReadonlySet<string>, size: number | undefined): Promise<RecordProof>;
   consistencyProof(
     organizationId: string,
     organizations: ReadonlySet<string>,

@@ -366,11 +366,15 @@ export const checkpointSchema = z
 const hexPath = (description: string) => z.array(hexHash('A subtree hash.')).meta({ description });
 
 /** A record's events with what verifies them: their stored form, hashes, and inclusion paths. */
+const proofVersion = z.number().int().min(1).meta({ description: "The event's 1-based sequence number in the record's stream." });
+const leafIndex = z.number().int().min(0).meta({ description: "The event's 0-based place in the organization's log." });
+const inclusionPath = hexPath('The RFC 9162 audit path from the leaf to the root, deepest first.');
+
 const recordProofSchema = z.strictObject({
   checkpoint: checkpointSchema,
   events: z.array(
     z.strictObject({
-      version: z.number().int().min(1).meta({ description: "The event's 1-based sequence number in the record's stream." }),
+      version: proofVersion,
       type: text('The event type as stored.'),
       occurred_at: timestamp,
       actor: text('The `sub` of the token that caused the change.'),
@@ -378,10 +382,16 @@ const recordProofSchema = z.strictObject({
       schema_version: z.number().int().min(1).meta({ description: 'The schema version the event was stored with.' }),
       stored_data: z.record(z.string(), z.unknown()).meta({ description: 'The event data as stored, before upcasting.' }),
       ...eventHashes,
-      leaf_index: z.number().int().min(0).meta({ description: "The event's 0-based place in the organization's log." }),
-      inclusion_path: hexPath('The RFC 9162 audit path from the leaf to the root, deepest first.'),
+      leaf_index: leafIndex,
+      inclusion_path: inclusionPath,
     }),
   ),
+  missing_events: z
+    .array(z.strictObject({ version: proofVersion, hash: eventHashes.hash, leaf_index: leafIndex, inclusion_path: inclusionPath }))
+    .meta({
+      description:
+        "Leaves of the checkpoint's tree that hold an event of the record the event store no longer has (deleted under the service), each with its inclusion path. Empty unless the store was changed.",
+    }),
 });
 
 export const resultSchemas = {

@@ -170,6 +170,18 @@ export async function verifyRecord(proof: RecordProof, checkpoint: Checkpoint, k
       at(`leaf ${event.leaf_index} is not in the checkpoint's tree: its inclusion path leads to ${root ?? 'no root'}`);
     previous = event.hash;
   }
+  // An event the tree holds but the service no longer has: a deleted last event leaves the chain
+  // above whole, so only its leaf shows it.
+  for (const missing of proof.missing_events ?? []) {
+    const root = await rootFromInclusionPath(missing.hash, missing.leaf_index, checkpoint.size, missing.inclusion_path);
+    problems.push({
+      version: missing.version,
+      message:
+        root === checkpoint.root_hash
+          ? `leaf ${missing.leaf_index} of the checkpoint's tree holds this event of the record, which the service no longer has`
+          : `the proof says this event is missing, but leaf ${missing.leaf_index} is not in the checkpoint's tree: its inclusion path leads to ${root ?? 'no root'}`,
+    });
+  }
   return { valid: problems.length === 0, problems };
 }
 

@@ -27,6 +27,11 @@ export type ProofEvent = {
   inclusion_path: string[];
 };
 
+/** A leaf of the record whose event the store no longer has. */
+export type MissingEvent = Pick<ProofEvent, 'version' | 'hash' | 'leaf_index' | 'inclusion_path'>;
+
+export type RecordProof = { checkpoint: Checkpoint; events: ProofEvent[]; missing_events: MissingEvent[] };
+
 const hex = (hashes: Buffer[]) => hashes.map((hash) => hash.toString('hex'));
 
 async function signedCheckpoint(pool: Pool, organizationId: string, size: number | undefined): Promise<Checkpoint> {
@@ -57,7 +62,7 @@ export async function recordProof(
   id: string,
   organizations: ReadonlySet<string>,
   size?: number,
-): Promise<{ checkpoint: Checkpoint; events: ProofEvent[] }> {
+): Promise<RecordProof> {
   const logged = await accessibleRecord(store, kind, id, organizations);
   const created = logged[0]?.event;
   if (!created || !('organization_id' in created.data)) throw notFound(kind);
@@ -76,15 +81,16 @@ export async function recordProof(
     const [stored] = await store.readStream(leaf.streamName, { from: leaf.version, limit: 1 });
     if (stored?.version === leaf.version) byVersion.set(leaf.version, stored);
   }
-  const covered = leaves.flatMap((leaf) => {
-    const stored = byVersion.get(leaf.version);
-    return stored ? [{ leaf, stored }] : [];
-  });
+  // A leaf whose event the store no longer has (deleted under the service) is shown as missing:
+  // left out, a deleted last event would leave a chain that is whole but short.
+  const covered = leaves.filter((leaf) => byVersion.has(leaf.version));
+  const missing = leaves.filter((leaf) => !byVersion.has(leaf.version));
   const paths = (lookup: Parameters<typeof inclusionPath>[2]) =>
-    covered.map(({ leaf }) => inclusionPath(leaf.leafIndex, checkpoint.size, lookup));
+    [...covered, ...missing].map((leaf) => inclusionPath(leaf.leafIndex, checkpoint.size, lookup));
   const lookup = lookupIn(await readNodes(pool, organizationId, nodesRead(paths)));
   const inclusionPaths = paths(lookup);
-  const events = covered.map(({ leaf, stored }, index): ProofEvent => {
+  const events = covered.map((leaf, index): ProofEvent => {
+    const stored = byVersion.get(leaf.version)!;
     const metadata = stored.metadata as { occurred_at: string; actor: string; schema_version: number };
     const hashes = storedHashes(stored.metadata) ?? leaf;
     return {
@@ -102,7 +108,13 @@ export async function recordProof(
       inclusion_path: hex(inclusionPaths[index]!),
     };
   });
-  return { checkpoint, events };
+  const missing_events = missing.map((leaf, index): MissingEvent => ({
+    version: Number(leaf.version),
+    hash: leaf.hash,
+    leaf_index: leaf.leafIndex,
+    inclusion_path: hex(inclusionPaths[covered.length + index]!),
+  }));
+  return { checkpoint, events, missing_events };
 }
 
 export async function consistencyProof(

@@ -31,10 +31,11 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
   let keys: AuditKeys;
   let database: pg.Pool;
   let before: Checkpoint;
-  const ids: Record<'edited' | 'actor' | 'deleted' | 'swapped' | 'disowned' | 'untouched', string> = {
+  const ids: Record<'edited' | 'actor' | 'deleted' | 'truncated' | 'swapped' | 'disowned' | 'untouched', string> = {
     edited: '',
     actor: '',
     deleted: '',
+    truncated: '',
     swapped: '',
     disowned: '',
     untouched: '',
@@ -85,7 +86,7 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       await api.updateWorkspace({ id: workspace.id, name: `${name} 3`, attributes: { step: 3 } });
       ids[name] = workspace.id;
     }
-    before = await checkpointCovering(api, organization, 18);
+    before = await checkpointCovering(api, organization, 21);
     await checkpointCovering(api, legacy.organization, 2);
   }, 120_000);
   afterAll(async () => {
@@ -119,8 +120,8 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     const proofs = Object.fromEntries(
       await Promise.all(Object.entries(ids).map(async ([name, id]) => [name, await api.getWorkspaceProof({ id, size: before.size })])),
     );
-    // The data of an event; its actor; an event deleted; two events' data swapped; the last event
-    // made to look like another program's (a metadata field the hashes do not cover removed), which
+    // The data of an event; its actor; an event deleted; the last event deleted, which leaves a chain
+    // that is whole but short; two events' data swapped; the last event made to look like another program's (a metadata field the hashes do not cover removed), which
     // the service's reads then leave out of the record.
     await database.query(`UPDATE es_events SET data = jsonb_set(data, '{name}', '"forged"') WHERE stream_name = $1 AND version = 2`, [
       stream('edited'),
@@ -130,6 +131,7 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       [stream('actor')],
     );
     await database.query('DELETE FROM es_events WHERE stream_name = $1 AND version = 2', [stream('deleted')]);
+    await database.query('DELETE FROM es_events WHERE stream_name = $1 AND version = 3', [stream('truncated')]);
     await database.query(
       `UPDATE es_events e SET data = o.data FROM es_events o
        WHERE e.stream_name = $1 AND o.stream_name = $1 AND ((e.version = 2 AND o.version = 3) OR (e.version = 3 AND o.version = 2))`,
@@ -149,6 +151,9 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('actor', 1)}hash is [0-9a-f]{64}, the event hashes to`)));
     expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('deleted', 3)}follows version 1: an event before it is missing`)));
     expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('deleted', 2)}leaf \\d+ of the tree has no event in the log`)));
+    expect(lines.filter((line) => line.includes(stream('truncated')))).toEqual([
+      expect.stringMatching(new RegExp(`^${at('truncated', 3)}leaf \\d+ of the tree has no event in the log`)),
+    ]);
     for (const version of [2, 3]) expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^${at('swapped', version)}data_hash is`)));
     expect(lines.filter((line) => line.includes(stream('disowned')))).toEqual([
       expect.stringMatching(new RegExp(`^${at('disowned', 3)}leaf \\d+ of the tree holds this event, but its metadata no longer marks it`)),
@@ -157,11 +162,37 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     expect(lines.at(-1)).toMatch(/^\d+ break\(s\) in \d+ events, 2 trees, \d+ checkpoints$/);
 
     // The client, holding only a checkpoint signed before and the keys, catches each in the proof it is served now.
-    for (const name of ['edited', 'actor', 'deleted', 'swapped'] as const) {
+    for (const name of ['edited', 'actor', 'deleted', 'truncated', 'swapped'] as const) {
       const now = await api.getWorkspaceProof({ id: ids[name], size: before.size });
       const verdict = await verifyRecord(now, before, keys);
       expect(verdict.valid, name).toBe(false);
     }
+    // The proof shows the leaves whose events are gone, each proven to be in the tree.
+    const truncated = await api.getWorkspaceProof({ id: ids.truncated, size: before.size });
+    expect(truncated.events.map((event) => event.version)).toEqual([1, 2]);
+    expect(truncated.missing_events).toEqual([
+      {
+        version: 3,
+        leaf_index: proofs.truncated!.events[2]!.leaf_index,
+        hash: proofs.truncated!.events[2]!.hash,
+        inclusion_path: proofs.truncated!.events[2]!.inclusion_path,
+      },
+    ]);
+    expect((await verifyRecord(truncated, before, keys)).problems).toEqual([
+      {
+        version: 3,
+        message: `leaf ${truncated.missing_events[0]!.leaf_index} of the checkpoint's tree holds this event of the record, which the service no longer has`,
+      },
+    ]);
+    // A missing event the tree does not hold proves nothing, and is said to.
+    const unproven = { ...truncated, missing_events: [{ ...truncated.missing_events[0]!, inclusion_path: [] }] };
+    expect((await verifyRecord(unproven, before, keys)).problems).toEqual([
+      expect.objectContaining({
+        version: 3,
+        message: expect.stringMatching(/^the proof says this event is missing, but leaf \d+ is not in the checkpoint's tree/),
+      }),
+    ]);
+    expect(proofs.untouched!.missing_events).toEqual([]);
     // The disowned event is still in the record's proof, as stored: what its hash covers is intact,
     // so it verifies, and the client sees the event the history now leaves out.
     const disowned = await api.getWorkspaceProof({ id: ids.disowned, size: before.size });
