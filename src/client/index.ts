@@ -130,13 +130,17 @@ export type Client = Methods & {
   /**
    * Every change from `params.after` on, page after page following `next`. Stops at the end of
    * the feed, or with `follow`, long-polls (`wait_ms`, default 25 s) for the next changes until
-   * `signal` aborts. Resume later from the last change's `id` as `after`.
+   * `signal` aborts, and then ends without an error. While following, a service that cannot be
+   * reached or answers 503 (an instance restarting) is tried again for as long as it takes, the
+   * delay doubling up to 5 s, unless `retries` is 0. Resume later from the last change's `id` as `after`.
    */
   changes(params?: ChangeParams, options?: Omit<CallOptions, 'idempotencyKey'> & { follow?: boolean }): AsyncGenerator<Change>;
   /**
    * The changes as a Server-Sent Events stream, reconnecting with `Last-Event-ID` whenever the
    * stream ends (the token expired, the instance stopped, the connection dropped), until `signal`
-   * aborts. A refusal (401, 403, 400, 429) is thrown as ApiError.
+   * aborts, and then ends without an error. A service that cannot be reached or answers 503 is
+   * tried again for as long as it takes, the delay doubling up to 5 s, unless `retries` is 0. A
+   * refusal (401, 403, 400, 429) is thrown as ApiError.
    */
   streamChanges(params?: Omit<ChangeParams, 'wait_ms' | 'limit'>, options?: Omit<CallOptions, 'idempotencyKey'>): AsyncGenerator<Change>;
 };
@@ -165,6 +169,9 @@ export class ServiceUnreachable extends Error {
 const retryable = (error: unknown, retry: number) =>
   error instanceof ServiceUnreachable ||
   (error instanceof ApiError && (error.code === 'unavailable' || (retry > 0 && error.code === 'conflict')));
+
+/** The longest wait between two tries of a feed that follows the changes. */
+const followDelayCapMs = 5_000;
 
 export function createClient(options: ClientOptions): Client {
   const baseUrl = options.baseUrl.replace(/\/+$/, '');
@@ -255,19 +262,39 @@ export function createClient(options: ClientOptions): Client {
     callOptions: Omit<CallOptions, 'idempotencyKey'> & { follow?: boolean } = {},
   ): AsyncGenerator<Change> {
     const { follow, ...options } = callOptions;
+    const { signal } = options;
     let after = params.after;
-    for (;;) {
+    for (let failures = 0; ;) {
       const waitMs = follow ? (params.wait_ms ?? 25_000) : params.wait_ms;
-      const page = await call(
-        'list_changes',
-        { ...params, ...(after === undefined ? {} : { after }), ...(waitMs === undefined ? {} : { wait_ms: waitMs }) },
-        options,
-      );
+      let page: Result<'list_changes'>;
+      try {
+        page = await call(
+          'list_changes',
+          { ...params, ...(after === undefined ? {} : { after }), ...(waitMs === undefined ? {} : { wait_ms: waitMs }) },
+          options,
+        );
+      } catch (error) {
+        if (signal?.aborted) return;
+        if (!follow || !(await waitedToRetry(error, failures++, signal))) throw error;
+        continue;
+      }
+      failures = 0;
       yield* page.items;
       after = page.next;
       if (!page.has_more && !follow) return;
-      if (options.signal?.aborted) return;
+      if (signal?.aborted) return;
     }
+  }
+
+  /**
+   * For a feed that follows the changes: after a failure worth retrying, waits (the delay doubling
+   * up to followDelayCapMs) and says to go on; false when it is not worth it, or retrying is off.
+   * An abort during the wait ends it at once.
+   */
+  async function waitedToRetry(error: unknown, failures: number, signal: AbortSignal | undefined): Promise<boolean> {
+    if (retries === 0 || !retryable(error, 0)) return false;
+    await sleep(Math.min(retryDelayMs * 2 ** failures, followDelayCapMs), signal).catch(() => undefined);
+    return true;
   }
 
   async function* streamChanges(
@@ -285,8 +312,8 @@ export function createClient(options: ClientOptions): Client {
         response = await send(JSON.stringify({ query: 'list_changes', params }), headers, signal);
         if (!response.ok || !response.body) await answerOf(response);
       } catch (error) {
-        if (signal?.aborted || failures >= retries || !retryable(error, 0)) throw error;
-        await sleep(retryDelayMs * 2 ** failures++, signal);
+        if (signal?.aborted) return;
+        if (!(await waitedToRetry(error, failures++, signal))) throw error;
         continue;
       }
       failures = 0;
@@ -322,6 +349,15 @@ export function createClient(options: ClientOptions): Client {
   return { ...methods, call, pages, items, changes, streamChanges };
 }
 
+/** The bytes of standard base64, or undefined when the text is not base64. */
+function base64Bytes(text: string): Uint8Array | undefined {
+  try {
+    return Uint8Array.from(atob(text), (character) => character.charCodeAt(0));
+  } catch {
+    return undefined;
+  }
+}
+
 /** A webhook delivery whose signature did not verify: refuse it (answer 400), never act on it. */
 export class WebhookVerificationError extends Error {
   override readonly name = 'WebhookVerificationError';
@@ -339,20 +375,26 @@ export async function verifyWebhook(
   body: string,
   toleranceSeconds = 300,
 ): Promise<{ type: string; timestamp: string; data: Change }> {
+  // The secret is the receiver's own setting: a wrong one is its bug, not a bad delivery.
+  const keyBytes = typeof secret === 'string' ? base64Bytes(secret.replace(/^whsec_/, '')) : undefined;
+  if (!keyBytes?.length) throw new TypeError('the webhook secret must be the one create_webhook gave: whsec_ and base64');
+  // Header names are case-insensitive; Node gives them in lower case, other frameworks as sent.
+  const lowerCased =
+    headers instanceof Headers ? undefined : new Map(Object.entries(headers).map(([name, value]) => [name.toLowerCase(), value]));
   const header = (name: string) => {
-    const value = headers instanceof Headers ? headers.get(name) : headers[name];
+    const value = lowerCased ? lowerCased.get(name) : (headers as Headers).get(name);
     return Array.isArray(value) ? value[0] : (value ?? undefined);
   };
   const [id, timestamp, signatures] = [header('webhook-id'), header('webhook-timestamp'), header('webhook-signature')];
   if (!id || !timestamp || !signatures || !/^\d+$/.test(timestamp)) throw new WebhookVerificationError('missing webhook headers');
   if (Math.abs(Date.now() / 1000 - Number(timestamp)) > toleranceSeconds) throw new WebhookVerificationError('timestamp too old or new');
-  const keyBytes = Uint8Array.from(atob(secret.replace(/^whsec_/, '')), (character) => character.charCodeAt(0));
   const key = await crypto.subtle.importKey('raw', keyBytes, { name: 'HMAC', hash: 'SHA-256' }, false, ['verify']);
   const message = new TextEncoder().encode(`${id}.${timestamp}.${body}`);
   for (const candidate of signatures.split(' ')) {
     const [version, encoded] = candidate.split(',');
-    if (version !== 'v1' || !encoded) continue;
-    const signature = Uint8Array.from(atob(encoded), (character) => character.charCodeAt(0));
+    // The headers are the sender's: a signature that is not base64 is one that does not match.
+    const signature = version === 'v1' && encoded ? base64Bytes(encoded) : undefined;
+    if (!signature) continue;
     // crypto.subtle.verify compares in constant time.
     if (await crypto.subtle.verify('HMAC', key, signature, message)) {
       return JSON.parse(body) as { type: string; timestamp: string; data: Change };

@@ -2,10 +2,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { pino } from 'pino';
 import { mintToken } from '../../src/api/tokens.js';
 import { rebuildReadModel } from '../../src/projections/rebuild/index.js';
-import type { Change } from '../../src/client/index.js';
+import { createClient, type Change } from '../../src/client/index.js';
+import { CuttableProxy } from '../support/cuttable-proxy.js';
 import { testSecret } from '../support/secret.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { clientFor, expectError, expectValidation, jsonHeaders, ok, rawPost } from './helpers.js';
+import { conformingFetch } from '../support/openapi-conformance.js';
+import { clientFor, expectError, expectValidation, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
 
 /** Contract §14: the change feed, paged, filtered, long-polled and streamed, in both event-store modes. */
 describe('change feed', () => {
@@ -169,6 +171,44 @@ describe('change feed', () => {
       if (streamed.length === paged.length) controller.abort();
     }
     expect(streamed).toEqual(paged);
+  });
+
+  it('lets the client follow the feed both ways across seconds without the service, and end without an error when its signal aborts', async () => {
+    const proxy = new CuttableProxy({ host: '127.0.0.1', port: Number(new URL(service.url).port) });
+    await proxy.open();
+    // Three retries 50, 100 and 200 ms apart: far less than the time the service is away.
+    const client = createClient({ baseUrl: `http://127.0.0.1:${proxy.port}`, token, retryDelayMs: 50, fetch: conformingFetch });
+    const start = (await ok(service, token, 'list_changes', { organization_id: org, limit: 1000 })).next;
+    const controller = new AbortController();
+    const followed: Change[] = [];
+    const streamed: Change[] = [];
+    const following = (async () => {
+      const params = { organization_id: org, after: start, wait_ms: 500 };
+      for await (const change of client.changes(params, { follow: true, signal: controller.signal })) followed.push(change);
+    })();
+    const streaming = (async () => {
+      for await (const change of client.streamChanges({ organization_id: org, after: start }, { signal: controller.signal }))
+        streamed.push(change);
+    })();
+    const seenByBoth = async (count: number) => {
+      for (let waited = 0; followed.length < count || streamed.length < count; waited += 50) {
+        if (waited > 20_000) throw new Error(`followed ${followed.length}, streamed ${streamed.length} of ${count} changes`);
+        await sleep(50);
+      }
+    };
+    await ok(service, token, 'update_workspace', { id: workspace.id, name: 'Before the cut' });
+    await seenByBoth(1);
+    await proxy.cut();
+    await ok(service, token, 'update_workspace', { id: workspace.id, name: 'During the cut' });
+    await sleep(2_000);
+    await proxy.open();
+    await seenByBoth(2);
+    controller.abort();
+    await Promise.all([following, streaming]);
+    await proxy.cut();
+    const names = (changes: Change[]) => changes.map((change) => (change.data as { name?: string }).name);
+    expect(names(followed)).toEqual(['Before the cut', 'During the cut']);
+    expect(names(streamed)).toEqual(['Before the cut', 'During the cut']);
   });
 
   it('shows every change exactly once to a reader paging while other clients write', async () => {

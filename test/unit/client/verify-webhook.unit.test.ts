@@ -30,4 +30,29 @@ describe("the client's verifyWebhook, against deliveries signed by the standardw
     await expect(verifyWebhook(secret, signed(secret, new Date(Date.now() - 600_000)), body)).rejects.toThrow(WebhookVerificationError);
     await expect(verifyWebhook(secret, {}, body)).rejects.toThrow(WebhookVerificationError);
   });
+
+  it('refuses signatures that are not base64 as not matching, and reads header names in any case', async () => {
+    const secret = newWebhookSecret();
+    for (const junk of ['v1,***not-base64***', 'v1,', 'v1', '', 'v2,abc']) {
+      await expect(verifyWebhook(secret, { ...signed(secret), 'webhook-signature': junk }, body)).rejects.toThrow(WebhookVerificationError);
+    }
+    const good = signed(secret);
+    const mixed = `v1,***not-base64*** ${good['webhook-signature']}`;
+    expect(await verifyWebhook(secret, { ...good, 'webhook-signature': mixed }, body)).toEqual(JSON.parse(body));
+    const capitalised = {
+      'Webhook-Id': good['webhook-id'],
+      'WEBHOOK-TIMESTAMP': good['webhook-timestamp'],
+      'Webhook-Signature': good['webhook-signature'],
+    };
+    expect(await verifyWebhook(secret, capitalised, body)).toEqual(JSON.parse(body));
+  });
+
+  it('says when the secret it is given is not a webhook secret, apart from a delivery that fails', async () => {
+    const secret = newWebhookSecret();
+    for (const wrong of ['my-secret', '', 'whsec_', undefined as unknown as string]) {
+      await expect(verifyWebhook(wrong, signed(secret), body)).rejects.toThrow(
+        new TypeError('the webhook secret must be the one create_webhook gave: whsec_ and base64'),
+      );
+    }
+  });
 });
