@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
@@ -68,9 +68,14 @@ function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, 
       : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? [408, 'the request was not received in time']
         : [400, 'the request is not valid HTTP'];
+  answerOnSocket(this.log, socket, status, new ServiceError('bad_request', message), { code: error.code });
+}
+
+/** Writes the contract's error answer straight to a socket the HTTP server handed over, then closes it. */
+function answerOnSocket(log: FastifyBaseLogger, socket: Duplex, status: number, error: ServiceError, logged: object): void {
   const requestId = randomUUID();
-  this.log.info({ request_id: requestId, code: error.code }, message);
-  const body = JSON.stringify(errorBody(new ServiceError('bad_request', message), requestId));
+  log.info({ request_id: requestId, ...logged }, error.message);
+  const body = JSON.stringify(errorBody(error, requestId));
   if (socket.writable) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
@@ -78,6 +83,20 @@ function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, 
     );
   }
   socket.destroy();
+}
+
+/**
+ * What Node's HTTP server would answer by itself, without the contract's body or a request id
+ * (contract §1): a request with no Host header (400, empty), an `Expect` other than
+ * `100-continue` (417, empty) and `CONNECT` (the connection dropped). The first is refused by the
+ * onRequest hook instead; an unknown expectation is ignored, as RFC 9110 §10.1.1 allows; CONNECT,
+ * a method the service serves nowhere, gets 404 like the others.
+ */
+function answerWhatNodeWould(app: FastifyInstance): void {
+  app.server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => app.server.emit('request', request, response));
+  app.server.on('connect', (request: IncomingMessage, socket: Duplex) =>
+    answerOnSocket(app.log, socket, 404, new ServiceError('not_found', 'no such endpoint'), { method: request.method, url: request.url }),
+  );
 }
 
 /**
@@ -120,7 +139,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       sendServiceError(new ServiceError('bad_request', 'the request path is not valid'), request, reply);
     },
     clientErrorHandler: answerClientError,
+    // Refused with the contract's body by the onRequest hook rather than by Node with an empty one.
+    http: { requireHostHeader: false },
   });
+  answerWhatNodeWould(app);
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
   const changeStreams = new ChangeStreams(
     options.changeStreamsPerCaller ?? 10,
@@ -139,6 +161,10 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    // RFC 9112 §3.2: an HTTP/1.1 request without Host is refused (HTTP/1.0 had none).
+    if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
+      throw new ServiceError('bad_request', 'the request has no Host header');
+    }
     // Read after the stop began, behind an answer saying `connection: close`: the client takes it as not done, so it is not.
     if (connections.closing()) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
   });

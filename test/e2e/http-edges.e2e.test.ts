@@ -41,6 +41,32 @@ describe('requests the HTTP layer answers before the app (contract §1)', () => 
     expectError(response, 431, 'bad_request');
   });
 
+  it('HTTP/1.1 without a Host header: 400 with the contract body and a request id (HTTP/1.0 needs none)', async () => {
+    const response = await rawHttp(service, 'GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n');
+    expectError(response, 400, 'bad_request');
+    expect(response.body.error.message).toBe('the request has no Host header');
+    expect((await rawHttp(service, 'GET /healthz HTTP/1.0\r\n\r\n')).status).toBe(200);
+  });
+
+  it('an Expect header other than 100-continue is ignored: the request is answered as without it', async () => {
+    const healthz = await rawHttp(service, 'GET /healthz HTTP/1.1\r\nHost: localhost\r\nExpect: 200-ok\r\nConnection: close\r\n\r\n');
+    expect(healthz.status).toBe(200);
+    expect(healthz.body).toEqual({ status: 'ok' });
+    const body = '{"query":"list_workspaces","params":{"page":1,"size":1}}';
+    const api = await rawHttp(
+      service,
+      `POST /api HTTP/1.1\r\nHost: localhost\r\nExpect: foo\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+    );
+    expectError(api, 401, 'unauthenticated');
+  });
+
+  it('CONNECT, to any target: 404 with the contract body and a request id, like any other method the service does not serve', async () => {
+    for (const target of ['/api', '127.0.0.1:443']) {
+      const response = await rawHttp(service, `CONNECT ${target} HTTP/1.1\r\nHost: localhost\r\n\r\n`);
+      expectError(response, 404, 'not_found');
+    }
+  });
+
   it('a malformed request line: 400 with the contract body and a request id', async () => {
     const response = await rawHttp(service, 'THIS IS NOT HTTP\r\n\r\n');
     expectError(response, 400, 'bad_request');
