@@ -14,7 +14,13 @@ import { ServiceError } from '../errors.js';
  */
 
 /** The stream's form of a request: `Accept` naming text/event-stream. */
-export const wantsEventStream = (request: FastifyRequest): boolean => /\btext\/event-stream\b/i.test(request.headers.accept ?? '');
+/** Whether `Accept` names text/event-stream, other than with `q=0` (which refuses it, RFC 9110 §12.4.2). */
+export const wantsEventStream = (request: FastifyRequest): boolean =>
+  (request.headers.accept ?? '').split(',').some((range) => {
+    const [type = '', ...parameters] = range.split(';').map((part) => part.trim().toLowerCase());
+    const quality = parameters.find((parameter) => /^q\s*=/.test(parameter))?.replace(/^q\s*=\s*/, '');
+    return type === 'text/event-stream' && (quality === undefined || Number(quality) > 0);
+  });
 
 export type ChangeStreamRequest = {
   subject: string;

@@ -120,8 +120,13 @@ const sameDecimal = (a: ReturnType<typeof canonical>, b: ReturnType<typeof canon
 /** Makes `parseJsonBody` the app's only body parser: JSON only, no text/plain. */
 export function acceptJsonBodies(app: FastifyInstance): void {
   app.removeContentTypeParser(['text/plain', 'application/json']);
-  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, raw, done) => {
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, raw, done) => {
     try {
+      // A compressed body would be read as its compressed bytes (RFC 9110 §8.4: 415 for a coding not supported).
+      const coding = request.headers['content-encoding']?.trim().toLowerCase();
+      if (coding !== undefined && coding !== '' && coding !== 'identity') {
+        throw new ServiceError('unsupported_media_type', 'the body must not be compressed: Content-Encoding is not supported');
+      }
       done(null, parseJsonBody(raw as Buffer));
     } catch (error) {
       done(error as Error, undefined);

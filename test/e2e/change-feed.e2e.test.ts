@@ -258,6 +258,26 @@ describe('change feed', () => {
       }),
       'headers.last-event-id',
     );
+    // An Accept that refuses the event stream (q=0) gets the JSON page, whatever else it names.
+    for (const accept of ['text/event-stream;q=0, application/json', 'application/json, text/event-stream; q=0.0']) {
+      const page = await rawPost(service, JSON.stringify({ query: 'list_changes', params: { organization_id: org, limit: 1 } }), {
+        ...jsonHeaders(token),
+        accept,
+      });
+      expect(page.status, accept).toBe(200);
+      expect(page.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(page.body.data.items).toHaveLength(1);
+    }
+    expect(
+      (
+        await stream(
+          token,
+          { organization_id: org },
+          { accept: 'application/json;q=0.5, TEXT/EVENT-STREAM;q=0.9' },
+          AbortSignal.timeout(2_000),
+        )
+      ).headers.get('content-type'),
+    ).toMatch(/^text\/event-stream/);
     const limited = await service.token([org], undefined, 'streamer');
     const controller = new AbortController();
     const open = [await stream(limited, {}, {}, controller.signal), await stream(limited, {}, {}, controller.signal)];

@@ -1,4 +1,5 @@
 import net from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { expectError, expectOk, jsonHeaders, rawPost } from './helpers.js';
@@ -111,6 +112,24 @@ describe('bodies are stored exactly as sent, or refused', () => {
     expectError(response, 400, 'validation_error');
     expect(response.body.error.details).toEqual([{ path, message: expect.stringContaining('exactly') }]);
     expect(await total()).toBe(before);
+  });
+
+  it('a body with a Content-Encoding other than identity is 415, compressed or not, and nothing is stored', async () => {
+    const before = await total();
+    const body = JSON.stringify({ query: 'create_workspace', params: { organization_id: org, name: 'Encoded' } });
+    for (const [coding, bytes] of [
+      ['gzip', gzipSync(body)],
+      ['gzip', Buffer.from(body)],
+      ['br', Buffer.from(body)],
+      ['foo', Buffer.from(body)],
+    ] as const) {
+      const response = await rawPost(service, bytes, { ...jsonHeaders(token), 'content-encoding': coding });
+      expectError(response, 415, 'unsupported_media_type');
+      expect(response.body.error.message).toBe('the body must not be compressed: Content-Encoding is not supported');
+    }
+    expect(await total()).toBe(before);
+    expectOk(await rawPost(service, body, { ...jsonHeaders(token), 'content-encoding': 'identity' }));
+    expect(await total()).toBe(before + 1);
   });
 
   it('numbers a double holds are stored and read back as sent, in attributes and documentation alike', async () => {
