@@ -1,4 +1,4 @@
-import { comparePositions, encodePosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
 import type { ProjectionBacklog, Readiness } from '../observability/readiness.js';
 import { blockingDeadLetter } from './dead-letters.js';
@@ -81,6 +81,16 @@ export async function checkReadiness(options: {
       // The log's end as read now: what the projection must reach, and what a backlog is counted to.
       await progress.refresh();
       const end = await store.readLastPosition();
+      if (comparePositions(end ?? startOfLog, progress.current) < 0) {
+        // Positions of another log: the projection can never reach them, and a command's events,
+        // placed before the checkpoint, would read as applied though they never will be.
+        checks.projection = 'stopped';
+        checks.event_log =
+          `the log ends at ${end ? encodePosition(end) : 'its start'}, before the projection's checkpoint ` +
+          `${encodePosition(progress.current)}: the event store was replaced or emptied under the read database; ` +
+          'point the service back at its event store, or at a fresh read database to project this one from its start';
+        return { ready: false, checks };
+      }
       const caughtUp = !progress.stalled && (await reachesEnd(store, progress, end, Math.min(options.projectionWaitMs, probeWaitMs)));
       if (caughtUp) checks.projection = 'caught_up';
       else {

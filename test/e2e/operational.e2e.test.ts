@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/database.js';
-import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
+import pg from 'pg';
+import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase, testEventStore } from '../support/event-store.js';
+import { EventStoreDBStandIn } from '../support/eventstoredb-standin/index.js';
 import { CuttableProxy } from '../support/cuttable-proxy.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { allScopes, expectError, expectOk, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
@@ -94,6 +96,43 @@ describe('operational endpoints and limits', () => {
         expectError(await callApi(service, 'bad.token.here', 'list_workspaces', { page: 1, size: 1 }), 401, 'unauthenticated');
       }
     });
+  });
+
+  describe('an event store replaced or emptied under its read database', () => {
+    const closeAfter: (() => Promise<void>)[] = [];
+    afterAll(async () => {
+      for (const close of closeAfter.reverse()) await close();
+    });
+
+    it.skipIf(testEventStore === 'eventstoredb-server')(
+      'is not ready while the log ends before the projection’s checkpoint, and says so',
+      async () => {
+        const first = await startTestService();
+        const token = await first.token([org]);
+        await ok(first, token, 'create_workspace', { organization_id: org, name: 'Before the store went' });
+        expect((await get(first, '/readyz')).status).toBe(200);
+        await first.close();
+        // The same read database, an event store without its events: emptied (PostgreSQL), or a new one (the stand-in).
+        let eventStoreUrl: string | undefined;
+        if (onEventStoreDB) {
+          const emptyStore = await EventStoreDBStandIn.start();
+          closeAfter.push(() => emptyStore.stop());
+          eventStoreUrl = emptyStore.url;
+        } else {
+          const pool = new pg.Pool({ connectionString: first.databaseUrl, max: 1 });
+          await pool.query('TRUNCATE es_events');
+          await pool.end();
+        }
+        const replaced = await startTestService({ databaseUrl: first.databaseUrl, ...(eventStoreUrl ? { eventStoreUrl } : {}) });
+        closeAfter.push(() => replaced.close());
+        const notReady = await get(replaced, '/readyz');
+        expect(notReady.status).toBe(503);
+        expect(notReady.body.checks).toMatchObject({ event_store: 'ok', read_database: 'ok', projection: 'stopped' });
+        expect(notReady.body.checks.event_log).toMatch(
+          /^the log ends at its start, before the projection's checkpoint \S+: the event store was replaced or emptied under the read database/,
+        );
+      },
+    );
   });
 
   describe('a projection that does not catch up', () => {
