@@ -123,13 +123,28 @@ export async function checkpointSignatureValid(checkpoint: Checkpoint, keys: Aud
 const sameTree = (a: Checkpoint, b: Checkpoint) =>
   a.organization_id === b.organization_id && a.size === b.size && a.root_hash === b.root_hash;
 
+/** The stream a record's events are in, by its id's prefix (contract §4); undefined for an id of neither kind. */
+function streamOf(recordId: string): string | undefined {
+  if (recordId.startsWith('ws_')) return `workspace-${recordId}`;
+  if (recordId.startsWith('sol_')) return `solution-${recordId}`;
+  return undefined;
+}
+
 /**
  * Verifies a record's proof (`get_workspace_proof` / `get_solution_proof`) against a checkpoint
  * the auditor holds and the service's keys: every event's hashes recomputed from its stored form,
  * the stream's chain unbroken from its first event, each event in the checkpoint's tree, and the
- * checkpoint signed. Ask for the proof with the checkpoint's `size`.
+ * checkpoint signed. Ask for the proof with the checkpoint's `size`, and give the record's id: a
+ * proof of another record is refused then. What it cannot show is that the service left out none
+ * of the record's newest events: compare their number with the history you have seen.
  */
-export async function verifyRecord(proof: RecordProof, checkpoint: Checkpoint, keys: AuditKeys): Promise<Verification> {
+export async function verifyRecord(
+  proof: RecordProof,
+  checkpoint: Checkpoint,
+  keys: AuditKeys,
+  /** The record the proof was asked for: its events must be that record's stream's (a proof of another record is refused). */
+  recordId?: string,
+): Promise<Verification> {
   const problems: Verification['problems'] = [];
   if (!(await checkpointSignatureValid(checkpoint, keys)))
     problems.push({ message: `checkpoint of size ${checkpoint.size}: the signature does not verify` });
@@ -138,7 +153,14 @@ export async function verifyRecord(proof: RecordProof, checkpoint: Checkpoint, k
       message: `the proof is for the tree of size ${proof.checkpoint.size} (${proof.checkpoint.root_hash}), not the checkpoint's`,
     });
   }
-  if (proof.events.length === 0) problems.push({ message: 'the proof holds no event' });
+  if (proof.events.length === 0) {
+    problems.push({
+      message:
+        "the proof holds no event: the checkpoint covers none of the record's events (a record newer than it is in the next checkpoint)",
+    });
+  }
+  const stream = recordId === undefined ? proof.events[0]?.stream : streamOf(recordId);
+  if (recordId !== undefined && stream === undefined) problems.push({ message: `${recordId} is not a workspace or solution id` });
   let previous = zeroHash;
   let previousVersion = 0;
   for (const [index, event] of proof.events.entries()) {
@@ -146,6 +168,7 @@ export async function verifyRecord(proof: RecordProof, checkpoint: Checkpoint, k
     // The record begins its stream; after that, versions only rise. They may skip the versions of
     // another program's events, which the chain does not cover: a missing event of the record's
     // own breaks the chain (previous_hash) instead.
+    if (stream !== undefined && event.stream !== stream) at(`the event is in the stream ${event.stream}, not the record's ${stream}`);
     if (index === 0 && event.version !== 1) at("expected version 1: the record's first event is missing");
     if (index > 0 && event.version <= previousVersion) at(`expected a version after ${previousVersion}: the event is out of place`);
     previousVersion = event.version;

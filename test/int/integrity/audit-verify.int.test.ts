@@ -193,6 +193,21 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       }),
     ]);
     expect(proofs.untouched!.missing_events).toEqual([]);
+    // A proof of another record, served for the one asked about, is refused when the record is named.
+    expect(await verifyRecord(proofs.untouched!, before, keys, ids.untouched)).toEqual({ valid: true, problems: [] });
+    const ofAnother = await verifyRecord(proofs.untouched!, before, keys, ids.edited);
+    expect(ofAnother.valid).toBe(false);
+    expect(ofAnother.problems).toContainEqual({
+      version: 1,
+      message: `the event is in the stream workspace-${ids.untouched}, not the record's workspace-${ids.edited}`,
+    });
+    const mixed = { ...proofs.untouched!, events: [proofs.untouched!.events[0]!, proofs.disowned!.events[1]!] };
+    expect((await verifyRecord(mixed, before, keys)).problems).toContainEqual(
+      expect.objectContaining({ version: 2, message: expect.stringMatching(/^the event is in the stream workspace-/) }),
+    );
+    expect((await verifyRecord(proofs.untouched!, before, keys, 'nope')).problems).toContainEqual({
+      message: 'nope is not a workspace or solution id',
+    });
     // The disowned event is still in the record's proof, as stored: what its hash covers is intact,
     // so it verifies, and the client sees the event the history now leaves out.
     const disowned = await api.getWorkspaceProof({ id: ids.disowned, size: before.size });
