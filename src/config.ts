@@ -1,7 +1,11 @@
+import { createPrivateKey } from 'node:crypto';
 import { z } from 'zod';
 
 /** Webhook retries (contract §15): the contract's schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h. */
 export const defaultRetrySchedule = '5s,5m,30m,2h,5h,10h,10h';
+
+/** Where the embedded default keeps its database, JWT secret and audit key. */
+export const defaultDataDir = './.data';
 
 const units: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
@@ -15,6 +19,18 @@ export function parseDuration(text: string): number | undefined {
 export function parseSchedule(text: string): number[] | undefined {
   const delays = text.split(',').map(parseDuration);
   return delays.length > 0 && delays.every((delay) => delay !== undefined) ? (delays as number[]) : undefined;
+}
+
+/** The longest webhook delay or give-up time: a year, far inside the timestamps PostgreSQL stores (a longer one is a slip). */
+const longestWebhookDuration = 365 * units.d!;
+
+function isEd25519PrivateKey(pem: string): boolean {
+  try {
+    return createPrivateKey(pem).asymmetricKeyType === 'ed25519';
+  } catch {
+    // Not a key at all: the refine's message says what is wanted.
+    return false;
+  }
 }
 
 const emptyAsUndefined = (value: unknown) => (value === '' ? undefined : value);
@@ -39,10 +55,17 @@ const environmentSchema = z
     HOST: z.preprocess(emptyAsUndefined, z.string().default('127.0.0.1')),
     DATABASE_URL: optionalUrl(/^postgres(ql)?:$/, 'must be a postgres:// or postgresql:// URL'),
     EVENTSTORE_URL: optionalUrl(/^esdb(\+discover)?:$/, 'must be an esdb:// or esdb+discover:// URL'),
-    DATA_DIR: z.preprocess(emptyAsUndefined, z.string().default('./.data')),
+    DATA_DIR: z.preprocess(emptyAsUndefined, z.string().default(defaultDataDir)),
     AUTH_JWT_SECRET: z.preprocess(
       emptyAsUndefined,
-      z.string().min(32, 'must be at least 32 characters (HS256 needs a 256-bit key)').optional(),
+      z
+        .string()
+        .min(32, 'must be at least 32 characters (HS256 needs a 256-bit key)')
+        .refine(
+          (value) => value.trim() === value,
+          'must not begin or end with white space (a copy slip: tokens minted elsewhere would not match)',
+        )
+        .optional(),
     ),
     // Keys fetched in plain HTTP could be swapped on the way; plain HTTP only to this machine.
     AUTH_JWKS_URL: z.preprocess(
@@ -77,14 +100,16 @@ const environmentSchema = z
       z
         .string()
         .default(defaultRetrySchedule)
-        .refine((text) => parseSchedule(text) !== undefined, 'must be durations separated by commas, such as 5s,5m,2h (units ms s m h d)'),
+        .refine((text) => parseSchedule(text) !== undefined, 'must be durations separated by commas, such as 5s,5m,2h (units ms s m h d)')
+        .refine((text) => (parseSchedule(text) ?? []).every((delay) => delay <= longestWebhookDuration), 'each delay must be at most 365d'),
     ),
     WEBHOOK_DISABLE_AFTER: z.preprocess(
       emptyAsUndefined,
       z
         .string()
         .default('5d')
-        .refine((text) => parseDuration(text) !== undefined, 'must be a duration such as 5d, 12h or 30s'),
+        .refine((text) => parseDuration(text) !== undefined, 'must be a duration such as 5d, 12h or 30s')
+        .refine((text) => (parseDuration(text) ?? 0) <= longestWebhookDuration, 'must be at most 365d'),
     ),
     WEBHOOK_ALLOW_PRIVATE_TARGETS: z.preprocess(emptyAsUndefined, z.enum(['true', 'false']).default('false')),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
@@ -106,6 +131,10 @@ const environmentSchema = z
           (value) => /-----BEGIN PRIVATE KEY-----[\s\S]+-----END PRIVATE KEY-----/.test(value),
           'must be a PKCS#8 PEM private key (Ed25519)',
         )
+        .refine(
+          isEd25519PrivateKey,
+          'must be an Ed25519 private key in PKCS#8 PEM (openssl genpkey -algorithm ed25519); this one does not read as one',
+        )
         .optional(),
     ),
     AUDIT_CHECKPOINT_INTERVAL_MS: integer(5000, 100, 10_000),
@@ -114,6 +143,9 @@ const environmentSchema = z
   .superRefine((env, ctx) => {
     if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
       ctx.addIssue({ code: 'custom', path: ['AUTH_JWKS_URL'], message: 'set AUTH_JWT_SECRET or AUTH_JWKS_URL, not both' });
+    }
+    if (env.METRICS_PORT !== undefined && env.METRICS_PORT === env.PORT) {
+      ctx.addIssue({ code: 'custom', path: ['METRICS_PORT'], message: 'must differ from PORT (the metrics get a listener of their own)' });
     }
   });
 

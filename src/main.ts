@@ -1,7 +1,7 @@
 import { buildApp } from './api/app.js';
 import { errorBody } from './api/errors.js';
 import { allScopes, mintToken } from './api/tokens.js';
-import { ConfigError, parseConfig } from './config.js';
+import { ConfigError, defaultDataDir, parseConfig } from './config.js';
 import { ServiceError } from './errors.js';
 import { createLogger } from './infra/logger.js';
 import { onStopSignal, type StopSignal } from './infra/stop-signals.js';
@@ -31,7 +31,7 @@ async function main(): Promise<void> {
   // Listening from the start: a signal during start-up (an embedded PostgreSQL may be starting for
   // this process) stops the service as soon as it has started, rather than leaving that database behind.
   let stopRequest: StopSignal | undefined;
-  let shutdown: ((signal: StopSignal | 'EADDRINUSE' | 'metrics listener failed') => Promise<void>) | undefined;
+  let shutdown: ((signal: StopSignal | 'listen failed' | 'metrics listener failed') => Promise<void>) | undefined;
   onStopSignal(
     (signal) => {
       stopRequest = signal;
@@ -83,11 +83,12 @@ async function main(): Promise<void> {
   try {
     address = await app.listen({ port: config.port, host: config.host });
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw error;
     process.stderr.write(
-      `port ${config.port} on ${config.host} is already in use: set PORT to a free port (for example PORT=${config.port + 1} npm start)\n`,
+      (error as NodeJS.ErrnoException).code === 'EADDRINUSE'
+        ? `port ${config.port} on ${config.host} is already in use: set PORT to a free port (for example PORT=${config.port + 1} npm start)\n`
+        : `cannot listen on ${config.host} port ${config.port} (${(error as Error).message}): set HOST to an address of this machine\n`,
     );
-    await shutdown('EADDRINUSE');
+    await shutdown('listen failed');
     process.exit(1);
   }
   logger.info({ address }, 'listening');
@@ -128,7 +129,7 @@ async function main(): Promise<void> {
         '',
         `export TOKEN=${token}`,
         '',
-        'More tokens: npm run token -- --org org_other --scope "workspaces:read"',
+        `More tokens: ${config.dataDir === defaultDataDir ? '' : `DATA_DIR=${config.dataDir} `}npm run token -- --org org_other --scope "workspaces:read"`,
         '',
       ].join('\n'),
     );

@@ -19,13 +19,15 @@ export type AuthSettings =
   | { kind: 'secret'; secret: string; issuer?: string | undefined; audience?: string | undefined }
   | { kind: 'jwks'; jwksUrl: string; issuer?: string | undefined; audience?: string | undefined };
 
+/** The subject is recorded as the actor of events: it must be storable text. */
+export const subjectClaim = z
+  .string()
+  .min(1)
+  .max(255)
+  .refine((value) => value.isWellFormed() && !/\p{Cc}/u.test(value));
+
 const claimsSchema = z.object({
-  // The subject is recorded as the actor of events: it must be storable text.
-  sub: z
-    .string()
-    .min(1)
-    .max(255)
-    .refine((value) => value.isWellFormed() && !/\p{Cc}/u.test(value)),
+  sub: subjectClaim,
   orgs: z.array(organizationId),
   scope: z.string().optional(),
 });

@@ -163,6 +163,8 @@ try {
       // A worker that cannot join the log's snapshot fails here, before the trees are read.
       await joined;
     }
+    // The log's check fails (the event store gone, say) where it is awaited, after the trees are read: handled there.
+    checkingLog.catch(() => undefined);
     treeData = await readTreeData(treeClient);
     await treeClient.query('COMMIT');
   } finally {

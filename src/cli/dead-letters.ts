@@ -38,6 +38,9 @@ if (action !== 'list' && action !== 'retry' && action !== 'skip') {
   usageError(tool, action ? `unknown action ${action}: list, retry or skip` : 'say what to do: list, retry <id> or skip <id>');
 }
 if (action === 'list' && id !== undefined) usageError(tool, `list takes no id (${id})`);
+if (action === 'list' && (parsed.values.by !== undefined || parsed.values.note !== undefined)) {
+  usageError(tool, '--by and --note go with retry or skip, not list');
+}
 if (action !== 'list' && !/^\d+$/.test(id ?? '')) usageError(tool, `${action} needs the id of a dead letter, as list shows it`);
 if (extra.length > 0) usageError(tool, `one dead letter at a time: ${extra.join(' ')} is one too many`);
 

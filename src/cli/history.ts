@@ -11,6 +11,7 @@ import type { EventStore } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import type { Envelope } from '../domain/events.js';
+import { solutionId, workspaceId } from '../domain/values.js';
 import { commandLine, usageError } from './arguments.js';
 
 const tool = 'npm run history';
@@ -25,7 +26,7 @@ EVENTSTORE_URL).
 `;
 const parsed = commandLine(tool, usage, { full: { type: 'boolean', default: false } }, true);
 const [id, ...extra] = parsed.positionals;
-const kind = id?.startsWith('ws_') ? 'workspace' : id?.startsWith('sol_') ? 'solution' : undefined;
+const kind = workspaceId.safeParse(id).success ? 'workspace' : solutionId.safeParse(id).success ? 'solution' : undefined;
 if (extra.length > 0) usageError(tool, `one record at a time: ${extra.join(' ')} is one too many`);
 if (!id || !kind)
   usageError(tool, id ? `${id} is not a workspace (ws_...) or solution (sol_...) id` : 'give the id of a workspace or solution');

@@ -52,13 +52,20 @@ export type OperatorConnection = {
 
 /**
  * The stores as the service opens them (src/runtime/stores.ts), shared with a service running on the same
- * DATA_DIR; `$all` pages may take a minute on a large EventStoreDB log.
+ * DATA_DIR; `$all` pages may take a minute on a large EventStoreDB log. A database the service has
+ * never run on is refused, unless the tool builds one (`requireSchema: false`): a mistyped
+ * DATABASE_URL must not get the service's tables and a clean report.
  */
-export async function connectOperator(config: Config, logger: Logger, options: { migrate?: boolean } = {}): Promise<OperatorConnection> {
+export async function connectOperator(
+  config: Config,
+  logger: Logger,
+  options: { migrate?: boolean; requireSchema?: boolean } = {},
+): Promise<OperatorConnection> {
   const stores = await openStores(config, logger, {
     poolSize: 6,
     listen: false,
     migrate: options.migrate ?? true,
+    requireSchema: options.requireSchema ?? true,
     eventStoreReadTimeoutMs: 60_000,
   });
   releaseStores = () =>

@@ -22,9 +22,13 @@ goes to stderr; Ctrl-C stops after the current batch and leaves the live tables 
   --batch-size <n>  events folded per batch (default: 20000)
   -h, --help        this text
 `;
+/** A batch is held in memory while it is folded: a larger one only costs memory. */
+const maxBatchSize = 1_000_000;
 const { values } = commandLine(tool, usage, { 'batch-size': { type: 'string', default: '20000' } });
 const batchSize = Number(values['batch-size']);
-if (!Number.isInteger(batchSize) || batchSize < 1) usageError(tool, '--batch-size must be a positive whole number');
+if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > maxBatchSize) {
+  usageError(tool, `--batch-size must be a whole number from 1 to ${maxBatchSize}`);
+}
 
 const integer = new Intl.NumberFormat('en-US', { maximumFractionDigits: 0 });
 const duration = (seconds: number) => {
@@ -99,7 +103,8 @@ const { config, logger } = operatorSetup(stop);
 let exitCode = 0;
 let connection;
 try {
-  connection = await connectOperator(config, logger);
+  // A fresh read database is what a rebuild fills (events in EventStoreDB).
+  connection = await connectOperator(config, logger, { requireSchema: false });
   const result = await rebuildReadModel({
     connectionString: connection.databaseUrl,
     store: connection.store,

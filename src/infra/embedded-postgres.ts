@@ -245,5 +245,8 @@ async function otherClients(url: string): Promise<number | undefined> {
 
 export async function readOrCreateDevelopmentSecret(dataDir: string): Promise<string> {
   await mkdir(path.resolve(dataDir), { recursive: true });
-  return readOrCreateSecret(path.join(path.resolve(dataDir), 'jwt-secret'), 48);
+  return readOrCreateSecret(developmentSecretFile(dataDir), 48);
 }
+
+/** Where the development JWT secret of `dataDir` is kept. */
+export const developmentSecretFile = (dataDir: string) => path.join(path.resolve(dataDir), 'jwt-secret');

@@ -29,7 +29,14 @@ export type Stores = {
 export async function openStores(
   config: Config,
   logger: Logger,
-  options: { poolSize: number; listen: boolean; migrate?: boolean; eventStoreReadTimeoutMs?: number },
+  options: {
+    poolSize: number;
+    listen: boolean;
+    migrate?: boolean;
+    /** Refuse a database the service has never run on, rather than create its tables there (a tool that only reads or repairs). */
+    requireSchema?: boolean;
+    eventStoreReadTimeoutMs?: number;
+  },
 ): Promise<Stores> {
   const embedded = config.databaseUrl ? undefined : await startEmbeddedPostgres(config.dataDir, logger);
   const databaseUrl = config.databaseUrl ?? embedded!.url;
@@ -37,6 +44,7 @@ export async function openStores(
   // The PostgreSQL store listens only to wake waiting projectors; a tool never waits and never starts it.
   const listener = new PgListener(databaseUrl, logger);
   try {
+    if (options.requireSchema) await requireServiceSchema(pool, config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`);
     if (options.migrate ?? true) await migrate(pool, { eventStore: !config.eventStoreUrl });
     if (options.listen) await listener.start();
   } catch (error) {
@@ -70,4 +78,12 @@ export async function openStores(
       await embedded?.stop();
     },
   };
+}
+
+/** Throws unless the service has migrated this database (its `schema_migrations` is there). */
+async function requireServiceSchema(pool: Pool, setting: string): Promise<void> {
+  const { rows } = await pool.query<{ present: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS present");
+  if (!rows[0]?.present) {
+    throw new Error(`the database holds none of the service's tables: the service has never run on it; check ${setting}`);
+  }
 }

@@ -2,8 +2,12 @@ import { execFile } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { decodeJwt } from 'jose';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migrate } from '../../src/infra/migrate.js';
 import { createTestDatabase } from '../support/database.js';
 import { testSecret } from '../support/secret.js';
 import { runCli, type CliOutcome } from './cli-run.js';
@@ -48,6 +52,9 @@ describe.concurrent('the command-line tools', () => {
     [['--org', 'org_a', '--scope', 'workspace:read'], /unknown scope workspace:read/],
     [['--org', 'not an org'], /not an organization id/],
     [['--org'], /--org needs a value/],
+    [['--org', 'org_a', '--expires', '99999999d'], /--expires 99999999d is longer than 10 years/],
+    [['--org', 'org_a', '--expires', '0s'], /--expires 0s makes a token that has already expired/],
+    [['--org', 'org_a', '--sub', ''], /--sub must be 1 to 255 characters/],
   ])('token %j is refused in one line', async (args, says) => {
     expectUsageError(await run('token', args), says);
   });
@@ -75,9 +82,56 @@ describe.concurrent('the command-line tools', () => {
   });
 
   it('projections:rebuild --batch-size 0 and history with a bad id are refused in one line', async () => {
-    expectUsageError(await run('projections:rebuild', ['--batch-size', '0']), /--batch-size must be a positive whole number/);
+    expectUsageError(await run('projections:rebuild', ['--batch-size', '0']), /--batch-size must be a whole number from 1 to/);
     expectUsageError(await run('history', ['nope']), /nope is not a workspace/);
     expectUsageError(await run('history', []), /give the id/);
+    expectUsageError(await run('history', ['ws_']), /ws_ is not a workspace/);
+    expectUsageError(await run('projections:rebuild', ['--batch-size', '99999999999']), /--batch-size must be a whole number from 1 to/);
+    expectUsageError(await run('projections:dead-letters', ['list', '--note', 'x']), /--by and --note go with retry or skip/);
+  });
+
+  it('token says so when it makes a development secret, which a service on another DATA_DIR does not share', async () => {
+    const dataDir = await mkdtemp(path.join(tmpdir(), 'token-'));
+    const first = await run('token', ['--org', 'org_a'], { DATA_DIR: dataDir, DATABASE_URL: '' });
+    expect(first.code).toBe(0);
+    expect(first.stderr).toMatch(new RegExp(`^no development secret in ${dataDir} \\(DATA_DIR\\): made a new one there`));
+    const second = await run('token', ['--org', 'org_a'], { DATA_DIR: dataDir, DATABASE_URL: '' });
+    expect(second.stderr).toMatch(/^minted a token/);
+  });
+
+  it.each(['projections:verify', 'projections:dead-letters', 'history', 'audit:verify'] as const)(
+    '%s refuses a database the service has never run on, and leaves it as it was',
+    async (tool) => {
+      const empty = await createTestDatabase();
+      const args = {
+        'projections:verify': [],
+        'projections:dead-letters': ['list'],
+        history: ['ws_V1StGXR8_Z5jdHi6B-myT'],
+        'audit:verify': [],
+      }[tool];
+      const outcome = await runCli({ ...tools, 'audit:verify': 'src/cli/audit-verify.ts' }[tool], args, empty, {
+        AUTH_JWT_SECRET: testSecret,
+      });
+      expect(outcome.code).toBeGreaterThan(0);
+      expect(outcome.stderr).toMatch(
+        /the database holds none of the service's tables: the service has never run on it; check DATABASE_URL/,
+      );
+      expect(outcome.stdout).toBe('');
+      const pool = new pg.Pool({ connectionString: empty, max: 1 });
+      const { rows } = await pool.query("SELECT count(*)::int AS tables FROM pg_tables WHERE schemaname = 'public'");
+      await pool.end();
+      expect(rows[0].tables).toBe(0);
+    },
+  );
+
+  it('audit:verify with the event store unreachable says so in one line and exits 2, not 1 (a break)', async () => {
+    const readDatabase = await createTestDatabase();
+    const pool = new pg.Pool({ connectionString: readDatabase, max: 1 });
+    await migrate(pool, { eventStore: false });
+    await pool.end();
+    const outcome = await runCli('src/cli/audit-verify.ts', [], readDatabase, { EVENTSTORE_URL: 'esdb://127.0.0.1:1?tls=false' });
+    expect(outcome.stderr).toMatch(/^audit:verify failed: the event store cannot be reached\n$/);
+    expect(outcome.code).toBe(2);
   });
 });
 

@@ -1,7 +1,14 @@
+import { generateKeyPairSync } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, parseConfig } from '../../src/config.js';
 
 const secret = 's'.repeat(32);
+const pemOf = (type: 'ed25519' | 'rsa') =>
+  generateKeyPairSync(type as 'ed25519', type === 'rsa' ? ({ modulusLength: 1024 } as object) : {}).privateKey.export({
+    type: 'pkcs8',
+    format: 'pem',
+  }) as string;
+const signingKey = pemOf('ed25519');
 
 /** The ConfigError message parseConfig throws for an environment. */
 function configError(environment: NodeJS.ProcessEnv): string {
@@ -59,6 +66,16 @@ describe('parseConfig', () => {
   it('refuses an audit signing key that is not a PEM private key, and a checkpoint interval over 10 s', () => {
     expect(() => parseConfig({ AUDIT_SIGNING_KEY: 'secret' })).toThrow(/AUDIT_SIGNING_KEY: must be a PKCS#8 PEM private key/);
     expect(() => parseConfig({ AUDIT_CHECKPOINT_INTERVAL_MS: '10001' })).toThrow(/AUDIT_CHECKPOINT_INTERVAL_MS/);
+    for (const key of ['-----BEGIN PRIVATE KEY-----\ngarbage\n-----END PRIVATE KEY-----', pemOf('rsa')]) {
+      expect(() => parseConfig({ AUDIT_SIGNING_KEY: key })).toThrow(/AUDIT_SIGNING_KEY: must be an Ed25519 private key in PKCS#8 PEM/);
+    }
+  });
+
+  it('refuses a metrics port that is the API port, and a secret with white space around it', () => {
+    expect(configError({ PORT: '9000', METRICS_PORT: '9000' })).toContain('  METRICS_PORT: must differ from PORT');
+    for (const padded of [' '.repeat(32), ` ${secret}`, `${secret}\n`]) {
+      expect(configError({ AUTH_JWT_SECRET: padded })).toContain('  AUTH_JWT_SECRET: must not begin or end with white space');
+    }
   });
 
   it('treats empty strings as unset', () => {
@@ -126,7 +143,8 @@ describe('parseConfig', () => {
       METRICS_HOST: '10.0.0.5',
       OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://collector:4318/custom/traces',
       OTEL_SERVICE_NAME: 'wsapi-eu',
-      AUDIT_SIGNING_KEY: 'line\\n-----BEGIN PRIVATE KEY-----\\nMC4CAQAwBQYDK2VwBCIEIA==\\n-----END PRIVATE KEY-----',
+      // As in an env file: the line breaks written as \n.
+      AUDIT_SIGNING_KEY: signingKey.replace(/\n/g, '\\n'),
       AUDIT_CHECKPOINT_INTERVAL_MS: '1000',
       BENCH_WITHOUT_INTEGRITY: 'true',
     });
@@ -154,7 +172,7 @@ describe('parseConfig', () => {
       metrics: { port: 9464, host: '10.0.0.5' },
       tracing: { tracesUrl: 'http://collector:4318/custom/traces', serviceName: 'wsapi-eu' },
       audit: {
-        signingKey: 'line\n-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----',
+        signingKey,
         checkpointIntervalMs: 1000,
         benchWithoutIntegrity: true,
       },
@@ -252,6 +270,9 @@ describe('parseConfig', () => {
     ['SHUTDOWN_DRAIN_MS', '600001'],
     ['WEBHOOK_RETRY_SCHEDULE', '5s,,2h'],
     ['WEBHOOK_DISABLE_AFTER', 'five days'],
+    ['WEBHOOK_DISABLE_AFTER', '999999999d'],
+    ['WEBHOOK_DISABLE_AFTER', '366d'],
+    ['WEBHOOK_RETRY_SCHEDULE', '5s,999999999d'],
     ['WEBHOOK_ALLOW_PRIVATE_TARGETS', 'yes'],
     ['LOG_LEVEL', 'verbose'],
     ['METRICS_PORT', '0'],
