@@ -48,6 +48,12 @@ export function toServiceError(error: unknown): ServiceError {
 }
 
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  // The body could not be read because the client closed its connection: nobody gets the answer,
+  // and nothing failed in the service (it is neither a 5xx nor worth a stack trace).
+  if (request.raw.readableAborted && (error as { code?: unknown }).code === 'ECONNRESET') {
+    request.log.info('the client went away before its request was read');
+    return reply.code(statusOf.bad_request).send(errorBody(new ServiceError('bad_request', 'the request was not received'), request.id));
+  }
   // Unknown paths and methods are 404 whatever their body: a body the router's 404 handler failed
   // to parse (invalid JSON, empty, too large) must not turn it into a 400 or 413 (contract §1).
   return sendServiceError(request.is404 ? new ServiceError('not_found', 'no such endpoint') : toServiceError(error), request, reply, error);

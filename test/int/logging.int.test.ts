@@ -1,4 +1,6 @@
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -30,6 +32,29 @@ describe('logs', () => {
       .map((line) => JSON.parse(line) as { request_id?: string; msg: string })
       .filter((entry) => entry.request_id === 'logged-once');
     expect(about.map((entry) => entry.msg)).toEqual(['request']);
+  });
+
+  it('a client that goes away in the middle of its body is noted at info, not logged as the service failing', async () => {
+    const service: ServiceProcess = await startServiceProcess({ databaseUrl: await createTestDatabase(), env: { LOG_LEVEL: 'info' } });
+    stops.push(() => service.signal('SIGTERM'));
+    const { port } = new URL(service.url);
+    const socket = net.connect(Number(port), '127.0.0.1');
+    await once(socket, 'connect');
+    socket.write(
+      `POST /api HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${await service.token(['org_log'])}\r\nContent-Type: application/json\r\n` +
+        'x-request-id: gone-mid-body\r\nContent-Length: 100\r\n\r\n{"query":',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    socket.destroy();
+    await eventually(() => service.output().includes('"request_id":"gone-mid-body"') && service.output().includes('"msg":"request"'));
+    const about = service
+      .output()
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line) as { request_id?: string; level: number; msg: string; err?: unknown })
+      .filter((entry) => entry.request_id === 'gone-mid-body');
+    expect(about.filter((entry) => entry.level >= 40)).toEqual([]);
+    expect(about.map((entry) => entry.msg)).toContain('the client went away before its request was read');
   });
 
   it('on a terminal (npm start): human-readable lines', async () => {

@@ -18,6 +18,8 @@ import {
 } from './tables.js';
 
 const defaultBatchSize = 2000;
+/** The longest wait between two tries while the store or database is away. */
+const maxRetryDelayMs = 5_000;
 
 export type TreeKeeperOptions = {
   pool: Pool;
@@ -73,6 +75,7 @@ export class TreeKeeper {
 
   private async run(): Promise<void> {
     const { logger, idleMs = 200, batchSize = defaultBatchSize } = this.options;
+    let failures = 0;
     while (!this.stopping.signal.aborted) {
       let read = 0;
       try {
@@ -82,9 +85,14 @@ export class TreeKeeper {
         }
         read = await this.catchUp();
         await this.signDue();
+        failures = 0;
       } catch (error) {
-        // The store or database is away: the tree waits and tries again, as the projector does.
-        logger.warn({ err: (error as Error).message }, 'integrity tree could not advance; retrying');
+        // The store or database is away: the tree waits and tries again, backing off as the
+        // projector does (up to 5 s), so an outage is a few lines of log, not five a second.
+        failures += 1;
+        logger.warn({ err: (error as Error).message, failures }, 'integrity tree could not advance; retrying');
+        await sleep(Math.min(idleMs * 2 ** failures, maxRetryDelayMs), this.stopping.signal);
+        continue;
       }
       if (read < batchSize) await sleep(idleMs, this.stopping.signal);
     }

@@ -31,7 +31,7 @@ export function targetProblem(url: string, allowPrivate: boolean): string | unde
   if (!URL.canParse(url)) return 'must be an absolute URL';
   const parsed = new URL(url);
   if (parsed.username || parsed.password) return 'must not carry credentials';
-  if (allowPrivate) return parsed.protocol === 'https:' || parsed.protocol === 'http:' ? undefined : 'must be an https:// URL';
+  if (allowPrivate) return parsed.protocol === 'https:' || parsed.protocol === 'http:' ? undefined : 'must be an https:// or http:// URL';
   if (parsed.protocol !== 'https:') return 'must be an https:// URL';
   const host = literalAddress(parsed.hostname);
   if (host === 'localhost' || host.endsWith('.localhost') || (ipaddr.isValid(host) && !isPublicAddress(host))) {

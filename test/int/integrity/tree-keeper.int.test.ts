@@ -58,4 +58,37 @@ describe('integrity tree keeper deferring to the projection', () => {
     await eventually(async () => (await readTreeProgress(stack.pool)).prepare === end.prepare);
     expect(await readTreeProgress(stack.pool)).toEqual(end);
   });
+
+  it('backs off while it cannot advance, and goes on once it can', async () => {
+    await keeper?.stop();
+    let failing = true;
+    let attempts = 0;
+    const { privateKey } = generateKeyPairSync('ed25519');
+    keeper = new TreeKeeper({
+      pool: stack.pool,
+      store: stack.store,
+      key: signingKeyFromPem(privateKey.export({ format: 'pem', type: 'pkcs8' }).toString()),
+      now: () => new Date().toISOString(),
+      before: (timestamp) => timestamp,
+      logger: silentLogger,
+      checkpointIntervalMs: 0,
+      idleMs: 20,
+      deferWhile: async () => {
+        attempts += 1;
+        if (failing) throw new Error('the event store cannot be reached');
+        return false;
+      },
+    });
+    keeper.start();
+    await sleep(1_500);
+    // Every 20 ms that would be 75 tries; doubling from 40 ms, 5 or 6.
+    expect(attempts).toBeGreaterThanOrEqual(2);
+    expect(attempts).toBeLessThanOrEqual(10);
+    failing = false;
+    const writer = new RecordWriter('keeper-after', 'org_keeper', seededRandom(8));
+    const append = writer.next();
+    await stack.store.append(append.streamName, append.expectedVersion, append.events);
+    const end = (await stack.store.readLastPosition())!;
+    await eventually(async () => (await readTreeProgress(stack.pool)).prepare === end.prepare, 15_000);
+  });
 });

@@ -32,7 +32,7 @@ describe('webhook targets', () => {
     expect(targetProblem('https://hooks.example.com/in', false)).toBeUndefined();
     expect(targetProblem('https://93.184.216.34/in', false)).toBeUndefined();
     expect(targetProblem('http://hooks.example.com/in', false)).toBe('must be an https:// URL');
-    expect(targetProblem('ftp://hooks.example.com/in', true)).toBe('must be an https:// URL');
+    expect(targetProblem('ftp://hooks.example.com/in', true)).toBe('must be an https:// or http:// URL');
     expect(targetProblem('hooks.example.com', false)).toBe('must be an absolute URL');
     expect(targetProblem('https://user:pw@hooks.example.com/', false)).toBe('must not carry credentials');
     for (const url of [
