@@ -22,6 +22,22 @@ describe('integrity tree keeper deferring to the projection', () => {
     await stack?.close();
   });
 
+  /** A keeper on the stack that asks `deferWhile` before each round, and idles 20 ms. */
+  const keeperDeferringWhile = (deferWhile: () => Promise<boolean>) => {
+    const { privateKey } = generateKeyPairSync('ed25519');
+    return new TreeKeeper({
+      pool: stack.pool,
+      store: stack.store,
+      key: signingKeyFromPem(privateKey.export({ format: 'pem', type: 'pkcs8' }).toString()),
+      now: () => new Date().toISOString(),
+      before: (timestamp) => timestamp,
+      logger: silentLogger,
+      checkpointIntervalMs: 0,
+      idleMs: 20,
+      deferWhile,
+    });
+  };
+
   it('reads nothing while deferring, then the whole log once it may', async () => {
     const writer = new RecordWriter('keeper', 'org_keeper', seededRandom(7));
     for (let index = 0; index < 20; index++) {
@@ -33,20 +49,9 @@ describe('integrity tree keeper deferring to the projection', () => {
 
     let deferring = true;
     let asked = 0;
-    const { privateKey } = generateKeyPairSync('ed25519');
-    keeper = new TreeKeeper({
-      pool: stack.pool,
-      store: stack.store,
-      key: signingKeyFromPem(privateKey.export({ format: 'pem', type: 'pkcs8' }).toString()),
-      now: () => new Date().toISOString(),
-      before: (timestamp) => timestamp,
-      logger: silentLogger,
-      checkpointIntervalMs: 0,
-      idleMs: 20,
-      deferWhile: async () => {
-        asked += 1;
-        return deferring;
-      },
+    keeper = keeperDeferringWhile(async () => {
+      asked += 1;
+      return deferring;
     });
     keeper.start();
 
@@ -63,21 +68,10 @@ describe('integrity tree keeper deferring to the projection', () => {
     await keeper?.stop();
     let failing = true;
     let attempts = 0;
-    const { privateKey } = generateKeyPairSync('ed25519');
-    keeper = new TreeKeeper({
-      pool: stack.pool,
-      store: stack.store,
-      key: signingKeyFromPem(privateKey.export({ format: 'pem', type: 'pkcs8' }).toString()),
-      now: () => new Date().toISOString(),
-      before: (timestamp) => timestamp,
-      logger: silentLogger,
-      checkpointIntervalMs: 0,
-      idleMs: 20,
-      deferWhile: async () => {
-        attempts += 1;
-        if (failing) throw new Error('the event store cannot be reached');
-        return false;
-      },
+    keeper = keeperDeferringWhile(async () => {
+      attempts += 1;
+      if (failing) throw new Error('the event store cannot be reached');
+      return false;
     });
     keeper.start();
     await sleep(1_500);
