@@ -29,6 +29,7 @@ import type { Logger } from 'pino';
 import {
   comparePositions,
   EventStoreRefused,
+  EventStoreNotReached,
   EventStoreUnavailable,
   startOfLog,
   StreamVersionConflict,
@@ -135,6 +136,15 @@ function isUnavailable(error: unknown): boolean {
     (converted instanceof UnknownError && notHandledNow.test(converted.message)) ||
     /Failed to discover|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENOTFOUND/i.test(error.message)
   );
+}
+
+/**
+ * A failure before the call left this process: gRPC had no connection to send it on (it answers
+ * "No connection established" for a call started while the channel cannot connect), the node
+ * refused the connection, or no node was found. A connection lost mid-call is not one of these.
+ */
+function notSent(error: unknown): boolean {
+  return error instanceof Error && /No connection established|ECONNREFUSED|Failed to discover|ENOTFOUND/i.test(error.message);
 }
 
 /** The answers the adapter turns into the port's own outcomes; any other answer from the server is a refusal. */
@@ -371,7 +381,11 @@ export class EventStoreDBEventStore implements EventStore {
       return await Promise.race([attempt, timeout]);
     } catch (error) {
       if (error instanceof EventStoreUnavailable) throw error;
-      if (isUnavailable(error)) throw new EventStoreUnavailable('the event store cannot be reached', { cause: error });
+      if (isUnavailable(error)) {
+        throw notSent(error)
+          ? new EventStoreNotReached('the event store cannot be reached', { cause: error })
+          : new EventStoreUnavailable('the event store cannot be reached', { cause: error });
+      }
       const answer = error instanceof Error ? convertToCommandError(error) : error;
       if (answer instanceof Error && isCommandError(answer) && !handledByTheAdapter(answer)) {
         throw new EventStoreRefused(`the event store refused ${operation}: ${answer.message}`, { cause: error });

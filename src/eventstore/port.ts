@@ -91,6 +91,17 @@ export class EventStoreUnavailable extends Error {
 }
 
 /**
+ * The store could not be connected to (refused, no address, no connection to send on): the
+ * request never left, so an append's outcome is known, nothing was written.
+ */
+export class EventStoreNotReached extends EventStoreUnavailable {
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'EventStoreNotReached';
+  }
+}
+
+/**
  * The store answered, and refused the request: not an outage, so retrying does not help and
  * nothing was written. A bug (or a store set up differently from what the service expects); the
  * API answers 500 and logs it.

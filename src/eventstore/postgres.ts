@@ -1,6 +1,7 @@
-import { isConnectionError, named, withClient, type PgListener, type Pool } from '../infra/postgres.js';
+import { isConnectionError, isConnectRefusal, named, withClient, type PgListener, type Pool } from '../infra/postgres.js';
 import {
   comparePositions,
+  EventStoreNotReached,
   EventStoreUnavailable,
   latestPosition,
   StreamVersionConflict,
@@ -340,7 +341,11 @@ export class PostgresEventStore implements EventStore {
     try {
       return await work();
     } catch (error) {
-      if (isConnectionError(error)) throw new EventStoreUnavailable('the event store cannot be reached', { cause: error });
+      if (isConnectionError(error)) {
+        throw isConnectRefusal(error)
+          ? new EventStoreNotReached('the event store cannot be reached', { cause: error })
+          : new EventStoreUnavailable('the event store cannot be reached', { cause: error });
+      }
       throw error;
     }
   }

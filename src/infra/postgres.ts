@@ -142,6 +142,19 @@ export function isConnectionError(error: unknown): boolean {
 }
 
 /**
+ * A connection that could not be made (refused, no such host, the server starting, shutting down
+ * or full, the pool's wait for one over): no statement was sent on it.
+ */
+export function isConnectRefusal(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: string }).code ?? '';
+  return (
+    ['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', '57P03', '53300'].includes(code) ||
+    /timeout exceeded when trying to connect/i.test(error.message)
+  );
+}
+
+/**
  * One LISTEN connection per process, shared by every channel; reconnects with back-off and tells
  * listeners when it has, since notifications sent while it was away are lost.
  */

@@ -3,6 +3,7 @@ import { ServiceError, unavailable } from '../errors.js';
 import { readRecordRange, type LoggedEvent } from '../eventstore/event-log.js';
 import {
   emptyStreamHead,
+  EventStoreNotReached,
   EventStoreRefused,
   StreamVersionConflict,
   type EventStore,
@@ -444,6 +445,8 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
       recent?.forget(streamName);
       // A refused append wrote nothing: its outcome is known, and it is a 500, not a 503 to retry.
       if (error instanceof EventStoreRefused) throw error;
+      // Nor did one that never left for want of a connection: a plain 503, its outcome known.
+      if (error instanceof EventStoreNotReached) throw error;
       if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
       conflictedSince ??= performance.now();
       const retrying = performance.now() - conflictedSince < conflictBudgetMs;

@@ -233,6 +233,28 @@ describe('crashes and database faults', () => {
       expect(retried.name).toBe('Unknown');
       expect(standIn.log.stream(workspaceStream(retried.id))).toHaveLength(1);
     });
+
+    it('an append the event store refused the connection for answers a plain 503: nothing was sent, so its outcome is known', async () => {
+      const where = await freshDatabase();
+      const standIn = await standInFor(where.databaseUrl);
+      const service = await serviceOn(where.databaseUrl);
+      const token = await service.token([org]);
+      expectOk(await callApi(service, token, 'create_workspace', { organization_id: org, name: 'Before' }));
+      const logged = standIn.log.size;
+      await standIn.stop();
+      // A creation reads nothing first: it goes straight to the append.
+      const create = () => callApi(service, token, 'create_workspace', { organization_id: org, name: 'Refused' });
+      try {
+        // The first call after the stop may meet the connection it had, dropped on its way: that one's outcome is unknown.
+        let refused = await create();
+        for (let tries = 1; tries < 5 && refused.body.error?.details !== undefined; tries++) refused = await create();
+        expectError(refused, 503, 'unavailable');
+        expect(refused.body.error.details).toBeUndefined();
+      } finally {
+        await standIn.restart();
+      }
+      expect(standIn.log.size).toBe(logged);
+    });
   }
 
   it('a frozen projector leader is replaced within 5 s, no command waits longer than PROJECTION_WAIT_MS, and it cannot write when it wakes', async () => {

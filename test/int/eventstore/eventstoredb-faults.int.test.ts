@@ -4,6 +4,7 @@ import { pino } from 'pino';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { EventStoreDBEventStore, type EventStoreDBOptions } from '../../../src/eventstore/eventstoredb.js';
 import {
+  EventStoreNotReached,
   EventStoreRefused,
   EventStoreUnavailable,
   StreamVersionConflict,
@@ -54,6 +55,8 @@ describe('EventStoreDB adapter under faults (wire-level stand-in)', () => {
 
     await standIn.stop();
     await expectUnavailableWithinBound(() => store.append('workspace-restart', 1n, [newEvent('WorkspaceUpdated')]));
+    // Refused: the append never left, so its outcome is known (contract §11), as the command's 503 then says.
+    await expect(store.append('workspace-restart', 1n, [newEvent('WorkspaceUpdated')])).rejects.toBeInstanceOf(EventStoreNotReached);
     await expectUnavailableWithinBound(() => store.readStream('workspace-restart'));
     await expectUnavailableWithinBound(() => store.readAll(startOfLog, 10));
     await expectUnavailableWithinBound(() => store.ping());
@@ -132,7 +135,10 @@ describe('EventStoreDB adapter under faults (wire-level stand-in)', () => {
     const events = [newEvent('WorkspaceUpdated'), newEvent('WorkspaceUpdated')];
     standIn.faults.inject('append', { kind: 'lose-answer' }, 1);
 
-    await expectUnavailableWithinBound(() => store.append('workspace-lost', 1n, events));
+    // Sent and stored, the answer lost: unavailable, and not "not reached", whose outcome would be known.
+    const lost = await store.append('workspace-lost', 1n, events).catch((error: unknown) => error);
+    expect(lost).toBeInstanceOf(EventStoreUnavailable);
+    expect(lost).not.toBeInstanceOf(EventStoreNotReached);
     expect(standIn.log.stream('workspace-lost')).toHaveLength(3);
 
     const retried = await store.append('workspace-lost', 1n, events);
