@@ -52,9 +52,9 @@ export type OperatorConnection = {
 
 /**
  * The stores as the service opens them (src/runtime/stores.ts), shared with a service running on the same
- * DATA_DIR; `$all` pages may take a minute on a large EventStoreDB log. A database the service has
- * never run on is refused, unless the tool builds one (`requireSchema: false`): a mistyped
- * DATABASE_URL must not get the service's tables and a clean report.
+ * DATA_DIR; `$all` pages may take a minute on a large EventStoreDB log. A DATABASE_URL the
+ * service has never run on is refused, unless the tool builds one (`requireSchema: false`): a
+ * mistyped one must not get the service's tables and a clean report.
  */
 export async function connectOperator(
   config: Config,

@@ -33,7 +33,7 @@ export async function openStores(
     poolSize: number;
     listen: boolean;
     migrate?: boolean;
-    /** Refuse a database the service has never run on, rather than create its tables there (a tool that only reads or repairs). */
+    /** Refuse a DATABASE_URL the service has never run on, rather than create its tables there (a tool that only reads or repairs). */
     requireSchema?: boolean;
     eventStoreReadTimeoutMs?: number;
   },
@@ -44,7 +44,9 @@ export async function openStores(
   // The PostgreSQL store listens only to wake waiting projectors; a tool never waits and never starts it.
   const listener = new PgListener(databaseUrl, logger);
   try {
-    if (options.requireSchema) await requireServiceSchema(pool, config.databaseUrl ? 'DATABASE_URL' : `DATA_DIR (${config.dataDir})`);
+    // A DATA_DIR is the service's own (a tool on a new one makes it, as npm start would); a
+    // DATABASE_URL may name anyone's database.
+    if (options.requireSchema && config.databaseUrl) await requireServiceSchema(pool);
     if (options.migrate ?? true) await migrate(pool, { eventStore: !config.eventStoreUrl });
     if (options.listen) await listener.start();
   } catch (error) {
@@ -81,9 +83,9 @@ export async function openStores(
 }
 
 /** Throws unless the service has migrated this database (its `schema_migrations` is there). */
-async function requireServiceSchema(pool: Pool, setting: string): Promise<void> {
+async function requireServiceSchema(pool: Pool): Promise<void> {
   const { rows } = await pool.query<{ present: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS present");
   if (!rows[0]?.present) {
-    throw new Error(`the database holds none of the service's tables: the service has never run on it; check ${setting}`);
+    throw new Error("the database holds none of the service's tables: the service has never run on it; check DATABASE_URL");
   }
 }
