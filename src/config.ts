@@ -144,8 +144,14 @@ const environmentSchema = z
     if (env.AUTH_JWT_SECRET && env.AUTH_JWKS_URL) {
       ctx.addIssue({ code: 'custom', path: ['AUTH_JWKS_URL'], message: 'set AUTH_JWT_SECRET or AUTH_JWKS_URL, not both' });
     }
-    if (env.METRICS_PORT !== undefined && env.METRICS_PORT === env.PORT) {
-      ctx.addIssue({ code: 'custom', path: ['METRICS_PORT'], message: 'must differ from PORT (the metrics get a listener of their own)' });
+    const metricsHost = env.METRICS_HOST ?? env.HOST;
+    const sameAddress = metricsHost === env.HOST || [metricsHost, env.HOST].some((host) => ['0.0.0.0', '::', '[::]'].includes(host));
+    if (env.METRICS_PORT !== undefined && env.METRICS_PORT === env.PORT && sameAddress) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['METRICS_PORT'],
+        message: 'must differ from PORT on the same host (the metrics get a listener of their own)',
+      });
     }
   });
 

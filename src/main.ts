@@ -86,7 +86,10 @@ async function main(): Promise<void> {
     process.stderr.write(
       (error as NodeJS.ErrnoException).code === 'EADDRINUSE'
         ? `port ${config.port} on ${config.host} is already in use: set PORT to a free port (for example PORT=${config.port + 1} npm start)\n`
-        : `cannot listen on ${config.host} port ${config.port} (${(error as Error).message}): set HOST to an address of this machine\n`,
+        : `cannot listen on ${config.host} port ${config.port} (${(error as Error).message})` +
+            (['EADDRNOTAVAIL', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_NONAME'].includes((error as NodeJS.ErrnoException).code ?? '')
+              ? ': set HOST to an address of this machine\n'
+              : '\n'),
     );
     await shutdown('listen failed');
     process.exit(1);

@@ -71,9 +71,20 @@ function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, 
   answerOnSocket(this.log, socket, status, new ServiceError('bad_request', message), { code: error.code });
 }
 
+/** The request's id: the caller's `x-request-id` when it is a valid one (contract §1), else a new one. */
+const requestIdFrom = (incoming: string | string[] | undefined) =>
+  typeof incoming === 'string' && requestIdPattern.test(incoming) ? incoming : randomUUID();
+
 /** Writes the contract's error answer straight to a socket the HTTP server handed over, then closes it. */
-function answerOnSocket(log: FastifyBaseLogger, socket: Duplex, status: number, error: ServiceError, logged: object): void {
-  const requestId = randomUUID();
+function answerOnSocket(
+  log: FastifyBaseLogger,
+  socket: Duplex,
+  status: number,
+  error: ServiceError,
+  logged: object,
+  incomingId?: string | string[],
+): void {
+  const requestId = requestIdFrom(incomingId);
   log.info({ request_id: requestId, ...logged }, error.message);
   const body = JSON.stringify(errorBody(error, requestId));
   if (socket.writable) {
@@ -95,7 +106,14 @@ function answerOnSocket(log: FastifyBaseLogger, socket: Duplex, status: number, 
 function answerWhatNodeWould(app: FastifyInstance): void {
   app.server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => app.server.emit('request', request, response));
   app.server.on('connect', (request: IncomingMessage, socket: Duplex) =>
-    answerOnSocket(app.log, socket, 404, new ServiceError('not_found', 'no such endpoint'), { method: request.method, url: request.url }),
+    answerOnSocket(
+      app.log,
+      socket,
+      404,
+      new ServiceError('not_found', 'no such endpoint'),
+      { method: request.method, url: request.url },
+      request.headers['x-request-id'],
+    ),
   );
 }
 
@@ -127,10 +145,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     onConstructorPoisoning: 'ignore',
     // One line per request, when it is answered (the onResponse hook), instead of one on arrival and one on answer.
     logController: new LogController({ requestIdLogLabel: 'request_id', disableRequestLogging: true }),
-    genReqId: (request) => {
-      const incoming = request.headers['x-request-id'];
-      return typeof incoming === 'string' && requestIdPattern.test(incoming) ? incoming : randomUUID();
-    },
+    genReqId: (request) => requestIdFrom(request.headers['x-request-id']),
     // Requests that arrive while closing get the contract's 503 from the onRequest hook below.
     return503OnClosing: false,
 

@@ -50,7 +50,8 @@ export function toServiceError(error: unknown): ServiceError {
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
   // The body could not be read because the client closed its connection: nobody gets the answer,
   // and nothing failed in the service (it is neither a 5xx nor worth a stack trace).
-  if (request.raw.readableAborted && (error as { code?: unknown }).code === 'ECONNRESET') {
+  const hasBody = request.headers['content-length'] !== undefined || request.headers['transfer-encoding'] !== undefined;
+  if (hasBody && request.raw.readableAborted && (error as { code?: unknown }).code === 'ECONNRESET') {
     request.log.info('the client went away before its request was read');
     return reply.code(statusOf.bad_request).send(errorBody(new ServiceError('bad_request', 'the request was not received'), request.id));
   }

@@ -150,11 +150,16 @@ const camelCase = (name: string) => name.replace(/_([a-z])/g, (_, letter: string
 const sleep = (ms: number, signal: AbortSignal | undefined) =>
   new Promise<void>((resolve, reject) => {
     if (signal?.aborted) return reject(signal.reason);
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => {
+    // The listener goes with the wait: a long-lived signal sees many of them while a feed retries.
+    const aborted = () => {
       clearTimeout(timer);
-      reject(signal.reason);
-    });
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', aborted);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', aborted, { once: true });
   });
 
 /** No answer came: the connection failed or was lost. For a command, whether it was done is unknown. */
@@ -274,7 +279,8 @@ export function createClient(options: ClientOptions): Client {
           options,
         );
       } catch (error) {
-        if (signal?.aborted) return;
+        // Following ends when the signal aborts; a page-through cut short is an error, not the feed's end.
+        if (follow && signal?.aborted) return;
         if (!follow || !(await waitedToRetry(error, failures++, signal))) throw error;
         continue;
       }

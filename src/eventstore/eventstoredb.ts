@@ -164,6 +164,9 @@ export class EventStoreDBEventStore implements EventStore {
   private scanned: { after: GlobalPosition; to: GlobalPosition } | undefined;
   /** What estimateEventsBetween divides by. */
   private readonly density = new LogDensity();
+  /** Appends waiting for their answer, and how many were ever begun: whether a failure can be another's (append). */
+  private appendsInFlight = 0;
+  private appendsStarted = 0;
   /** While set and in the future, waitForEvents polls instead of subscribing (back-off after a failed subscription). */
   private subscribeAgainAt = 0;
   private subscribeFailures = 0;
@@ -178,6 +181,9 @@ export class EventStoreDBEventStore implements EventStore {
   }
 
   async append(streamName: string, expectedVersion: bigint, events: NewEvent[]): Promise<AppendResult> {
+    const overlappedAtStart = this.appendsInFlight > 0;
+    const started = ++this.appendsStarted;
+    this.appendsInFlight += 1;
     try {
       const result = await this.bounded('append', this.commandTimeoutMs, (deadline) =>
         this.client.appendToStream(
@@ -202,7 +208,15 @@ export class EventStoreDBEventStore implements EventStore {
       // itself (IndexWriter.cs, the "strong idempotency checks" for an exact or no-stream expected
       // revision, the only two this adapter sends), so a wrong expected version is a real conflict.
       if (error instanceof WrongExpectedVersionError) throw new StreamVersionConflict(streamName, expectedVersion);
+      // The client rejects every append waiting for an answer when any batch-append stream fails
+      // (its table of them is shared): another append's connection never made says nothing of this
+      // one, which may have been sent. Only an append alone from start to failure is not reached.
+      if (error instanceof EventStoreNotReached && (overlappedAtStart || this.appendsStarted !== started)) {
+        throw new EventStoreUnavailable(error.message, { cause: error.cause });
+      }
       throw error;
+    } finally {
+      this.appendsInFlight -= 1;
     }
   }
 

@@ -147,9 +147,14 @@ export function isConnectionError(error: unknown): boolean {
  */
 export function isConnectRefusal(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
-  const code = (error as { code?: string }).code ?? '';
+  const { code = '', syscall } = error as { code?: string; syscall?: string };
+  // A socket error counts only from opening the connection: the same codes on an open one
+  // (EHOSTUNREACH when TCP gives up) may come after a statement was sent.
+  const opening = syscall === 'connect' || syscall === 'getaddrinfo';
   return (
-    ['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', '57P03', '53300'].includes(code) ||
+    (opening && ['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN'].includes(code)) ||
+    // The server refused the session before any statement: starting up, or too many connections.
+    ['57P03', '53300'].includes(code) ||
     /timeout exceeded when trying to connect/i.test(error.message)
   );
 }

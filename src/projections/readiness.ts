@@ -29,6 +29,25 @@ async function reachesEnd(
   return (await progress.waitFor(end, waitMs)) || !(await eventsUpTo(store, progress, end));
 }
 
+/**
+ * Where the log ends, when it ends before `checkpoint` (undefined: at its start); false when it
+ * does not. Read again a moment later before it is believed: the PostgreSQL store's visible end
+ * can fall back for an instant (a transaction that ended between its two reads still bounds it).
+ */
+async function endBeforeCheckpoint(
+  store: EventStore,
+  checkpoint: GlobalPosition,
+  end: GlobalPosition | undefined,
+): Promise<GlobalPosition | undefined | false> {
+  if (comparePositions(end ?? startOfLog, checkpoint) >= 0) return false;
+  await new Promise((resolve) => setTimeout(resolve, confirmEndMs));
+  const again = await store.readLastPosition();
+  return comparePositions(again ?? startOfLog, checkpoint) < 0 ? again : false;
+}
+
+/** How long after a log's end read before the checkpoint it is read again. */
+const confirmEndMs = 250;
+
 /** The events from the projection's checkpoint to `end`, and the seconds they take at its recent rate (NaN: no rate yet). */
 function backlogTo(store: EventStore, progress: ProjectionProgress, end: GlobalPosition | undefined): ProjectionBacklog {
   if (!end || comparePositions(progress.current, end) >= 0) return { events: 0, catchUpSeconds: 0 };
@@ -80,14 +99,16 @@ export async function checkReadiness(options: {
     } else {
       // The log's end as read now: what the projection must reach, and what a backlog is counted to.
       await progress.refresh();
+      const checkpoint = progress.current;
       const end = await store.readLastPosition();
-      if (comparePositions(end ?? startOfLog, progress.current) < 0) {
+      const replacedEnd = await endBeforeCheckpoint(store, checkpoint, end);
+      if (replacedEnd !== false) {
         // Positions of another log: the projection can never reach them, and a command's events,
         // placed before the checkpoint, would read as applied though they never will be.
         checks.projection = 'stopped';
         checks.event_log =
-          `the log ends at ${end ? encodePosition(end) : 'its start'}, before the projection's checkpoint ` +
-          `${encodePosition(progress.current)}: the event store was replaced or emptied under the read database; ` +
+          `the log ends at ${replacedEnd ? encodePosition(replacedEnd) : 'its start'}, before the projection's checkpoint ` +
+          `${encodePosition(checkpoint)}: the event store was replaced or emptied under the read database; ` +
           'point the service back at its event store, or at a fresh read database to project this one from its start';
         return { ready: false, checks };
       }

@@ -209,6 +209,9 @@ describe('change feed', () => {
     const names = (changes: Change[]) => changes.map((change) => (change.data as { name?: string }).name);
     expect(names(followed)).toEqual(['Before the cut', 'During the cut']);
     expect(names(streamed)).toEqual(['Before the cut', 'During the cut']);
+    // Without follow, an abort is not the end of the feed: the page-through says it was cut short.
+    const pageThrough = client.changes({ organization_id: org }, { signal: AbortSignal.abort() });
+    await expect(pageThrough.next()).rejects.toThrow();
   });
 
   it('shows every change exactly once to a reader paging while other clients write', async () => {

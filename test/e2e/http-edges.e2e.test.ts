@@ -63,8 +63,10 @@ describe('requests the HTTP layer answers before the app (contract §1)', () => 
 
   it('CONNECT, to any target: 404 with the contract body and a request id, like any other method the service does not serve', async () => {
     for (const target of ['/api', '127.0.0.1:443']) {
-      const response = await rawHttp(service, `CONNECT ${target} HTTP/1.1\r\nHost: localhost\r\n\r\n`);
+      const response = await rawHttp(service, `CONNECT ${target} HTTP/1.1\r\nHost: localhost\r\nx-request-id: connect-1\r\n\r\n`);
       expectError(response, 404, 'not_found');
+      expect(response.headers.get('x-request-id')).toBe('connect-1');
+      expect(response.body.error.request_id).toBe('connect-1');
     }
   });
 

@@ -72,7 +72,9 @@ describe('parseConfig', () => {
   });
 
   it('refuses a metrics port that is the API port, and a secret with white space around it', () => {
-    expect(configError({ PORT: '9000', METRICS_PORT: '9000' })).toContain('  METRICS_PORT: must differ from PORT');
+    expect(configError({ PORT: '9000', METRICS_PORT: '9000' })).toContain('  METRICS_PORT: must differ from PORT on the same host');
+    expect(configError({ PORT: '9000', METRICS_PORT: '9000', HOST: '0.0.0.0', METRICS_HOST: '127.0.0.1' })).toContain('  METRICS_PORT: ');
+    expect(parseConfig({ PORT: '9000', METRICS_PORT: '9000', HOST: '10.0.0.5', METRICS_HOST: '127.0.0.1' }).metrics.port).toBe(9000);
     for (const padded of [' '.repeat(32), ` ${secret}`, `${secret}\n`]) {
       expect(configError({ AUTH_JWT_SECRET: padded })).toContain('  AUTH_JWT_SECRET: must not begin or end with white space');
     }

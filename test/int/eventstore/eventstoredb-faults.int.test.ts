@@ -57,6 +57,17 @@ describe('EventStoreDB adapter under faults (wire-level stand-in)', () => {
     await expectUnavailableWithinBound(() => store.append('workspace-restart', 1n, [newEvent('WorkspaceUpdated')]));
     // Refused: the append never left, so its outcome is known (contract §11), as the command's 503 then says.
     await expect(store.append('workspace-restart', 1n, [newEvent('WorkspaceUpdated')])).rejects.toBeInstanceOf(EventStoreNotReached);
+    // Unless another append was waiting beside it: the client fails every waiting append when one
+    // stream fails, so a refusal may be another's, and each is only unavailable.
+    const together = await Promise.all(
+      ['workspace-restart', 'workspace-beside'].map((stream) =>
+        store.append(stream, stream === 'workspace-restart' ? 1n : 0n, [newEvent()]).catch((error: unknown) => error),
+      ),
+    );
+    for (const failure of together) {
+      expect(failure).toBeInstanceOf(EventStoreUnavailable);
+      expect(failure).not.toBeInstanceOf(EventStoreNotReached);
+    }
     await expectUnavailableWithinBound(() => store.readStream('workspace-restart'));
     await expectUnavailableWithinBound(() => store.readAll(startOfLog, 10));
     await expectUnavailableWithinBound(() => store.ping());
