@@ -13,8 +13,7 @@ import { ServiceError } from '../errors.js';
  * before the first byte, so a refusal is the usual JSON error body.
  */
 
-/** The stream's form of a request: `Accept` naming text/event-stream. */
-/** Whether `Accept` names text/event-stream, other than with `q=0` (which refuses it, RFC 9110 §12.4.2). */
+/** The stream's form of a request: whether `Accept` names text/event-stream, other than with `q=0` (which refuses it, RFC 9110 §12.4.2). */
 export const wantsEventStream = (request: FastifyRequest): boolean =>
   (request.headers.accept ?? '').split(',').some((range) => {
     const [type = '', ...parameters] = range.split(';').map((part) => part.trim().toLowerCase());

@@ -29,20 +29,22 @@ async function reachesEnd(
   return (await progress.waitFor(end, waitMs)) || !(await eventsUpTo(store, progress, end));
 }
 
+const endsBefore = (end: GlobalPosition | undefined, checkpoint: GlobalPosition) => comparePositions(end ?? startOfLog, checkpoint) < 0;
+
 /**
- * Where the log ends, when it ends before `checkpoint` (undefined: at its start); false when it
- * does not. Read again a moment later before it is believed: the PostgreSQL store's visible end
- * can fall back for an instant (a transaction that ended between its two reads still bounds it).
+ * Whether the log, which ended at `end` when read, ends before `checkpoint`: read again a moment
+ * later before it is believed, since the PostgreSQL store's visible end can fall back for an
+ * instant (a transaction that ended between its two reads still bounds it). The end read then.
  */
 async function endBeforeCheckpoint(
   store: EventStore,
   checkpoint: GlobalPosition,
   end: GlobalPosition | undefined,
-): Promise<GlobalPosition | undefined | false> {
-  if (comparePositions(end ?? startOfLog, checkpoint) >= 0) return false;
+): Promise<{ end: GlobalPosition | undefined } | undefined> {
+  if (!endsBefore(end, checkpoint)) return undefined;
   await new Promise((resolve) => setTimeout(resolve, confirmEndMs));
   const again = await store.readLastPosition();
-  return comparePositions(again ?? startOfLog, checkpoint) < 0 ? again : false;
+  return endsBefore(again, checkpoint) ? { end: again } : undefined;
 }
 
 /** How long after a log's end read before the checkpoint it is read again. */
@@ -101,13 +103,13 @@ export async function checkReadiness(options: {
       await progress.refresh();
       const checkpoint = progress.current;
       const end = await store.readLastPosition();
-      const replacedEnd = await endBeforeCheckpoint(store, checkpoint, end);
-      if (replacedEnd !== false) {
+      const replaced = await endBeforeCheckpoint(store, checkpoint, end);
+      if (replaced) {
         // Positions of another log: the projection can never reach them, and a command's events,
         // placed before the checkpoint, would read as applied though they never will be.
         checks.projection = 'stopped';
         checks.event_log =
-          `the log ends at ${replacedEnd ? encodePosition(replacedEnd) : 'its start'}, before the projection's checkpoint ` +
+          `the log ends at ${replaced.end ? encodePosition(replaced.end) : 'its start'}, before the projection's checkpoint ` +
           `${encodePosition(checkpoint)}: the event store was replaced or emptied under the read database; ` +
           'point the service back at its event store, or at a fresh read database to project this one from its start';
         return { ready: false, checks };
