@@ -121,8 +121,11 @@ export class StreamOrderAudit {
   }
 }
 
-/** Where a stream's chain is: the last version seen (any event's) and the last chained event's hash. */
-type StreamChain = { version: number; head: string };
+/**
+ * Where a stream's chain is: the last version seen (any event's), the last chained event's hash,
+ * and, read stream by stream, the last event's place in the log.
+ */
+type StreamChain = { version: number; head: string; position?: GlobalPosition };
 
 /**
  * One event against the one before it in its stream (`chain`, moved on to it) and its leaf:
@@ -141,7 +144,12 @@ function checkEvent(
   const version = Number(event.version);
   if (version !== chain.version + 1)
     found.add(`follows version ${chain.version}: ${version > chain.version ? 'an event before it is missing' : 'it is out of place'}`);
+  // Read stream by stream, versions come in order whatever the log's; an event deleted and put
+  // back lies later in the log than the stream's next one.
+  if (chain.position !== undefined && comparePositions(event.position, chain.position) < 0)
+    found.add(`it lies before version ${chain.version} in the log's order: one of the two was moved`);
   chain.version = version;
+  chain.position = event.position;
   if (!isChained(event)) {
     if (!leaf) return { breaks: found.breaks, chained: false, metLeaf: false };
     // The tree took it as the service's own: its metadata was changed since, so that the service

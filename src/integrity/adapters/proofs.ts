@@ -1,11 +1,13 @@
-import { accessibleRecord, type RecordKind } from '../../audit/history.js';
+import type { RecordKind } from '../../audit/history.js';
+import { readRecord } from '../../eventstore/event-log.js';
+import { solutionStream, workspaceStream } from '../../eventstore/stream-names.js';
 import { invalid, notFound } from '../../errors.js';
 import type { EventStore } from '../../eventstore/port.js';
 import type { Pool } from '../../infra/postgres.js';
 import type { Checkpoint, PublicJwk } from '../checkpoints.js';
 import { storedHashes } from '../hashes.js';
 import { consistencyPath, inclusionPath, lookupIn, nodesRead, type NodeKey } from '../merkle.js';
-import { readCheckpoint, readNodes, readPublicKeys, readStreamLeaves } from './tables.js';
+import { readCheckpoint, readNodes, readPublicKeys, readStreamLeaves, readStreamOrganization } from './tables.js';
 
 /**
  * The proof queries (contract §16). Each reads O(log n) of the tree's stored nodes: which ones is
@@ -63,13 +65,20 @@ export async function recordProof(
   organizations: ReadonlySet<string>,
   size?: number,
 ): Promise<RecordProof> {
-  const logged = await accessibleRecord(store, kind, id, organizations);
+  const streamName = kind === 'workspace' ? workspaceStream(id) : solutionStream(id);
+  const [treeOrganization, { events: logged }] = await Promise.all([
+    readStreamOrganization(pool, streamName),
+    readRecord(store, streamName),
+  ]);
+  // The organization the tree took the stream under decides, not the stream's first event as the
+  // store has it now: the proof of a record whose first event was deleted under the service must
+  // still show that leaf as missing. The first event decides only for a stream the tree has not read yet.
   const created = logged[0]?.event;
-  if (!created || !('organization_id' in created.data)) throw notFound(kind);
-  const organizationId = created.data.organization_id;
+  const organizationId = treeOrganization ?? (created && 'organization_id' in created.data ? created.data.organization_id : undefined);
+  if (organizationId === undefined || !organizations.has(organizationId)) throw notFound(kind);
   const [checkpoint, streamLeaves] = await Promise.all([
     signedCheckpoint(pool, organizationId, size),
-    readStreamLeaves(pool, organizationId, logged[0]!.streamName),
+    readStreamLeaves(pool, organizationId, streamName),
   ]);
   const leaves = streamLeaves.filter((leaf) => leaf.leafIndex < checkpoint.size);
   const byVersion = new Map(logged.map((entry) => [entry.version, entry.stored]));

@@ -86,6 +86,27 @@ export async function readStreamHeads(client: Queryable, streamNames: string[]):
   return new Map(rows.map((row) => [row.stream_name, { organizationId: row.organization_id, head: row.head }]));
 }
 
+/** Which of `events` (stream, version) the trees hold a leaf for already. */
+export async function leavesHeld(client: Queryable, events: readonly { streamName: string; version: bigint }[]): Promise<Set<string>> {
+  const { rows } = await client.query<{ stream_name: string; version: string }>(
+    `SELECT l.stream_name, l.version FROM integrity_leaves l
+     JOIN unnest($1::text[], $2::bigint[]) AS e(stream_name, version) ON l.stream_name = e.stream_name AND l.version = e.version`,
+    [events.map((event) => event.streamName), events.map((event) => event.version.toString())],
+  );
+  return new Set(rows.map((row) => leafKey(row.stream_name, BigInt(row.version))));
+}
+
+/** A (stream, version) pair as one string, for sets of them. */
+export const leafKey = (streamName: string, version: bigint) => `${version}:${streamName}`;
+
+/** The organization the trees hold `streamName` under: set by the stream's first event when the tree read it; undefined for a stream the tree has not read. */
+export async function readStreamOrganization(client: Queryable, streamName: string): Promise<string | undefined> {
+  const { rows } = await client.query<{ organization_id: string }>('SELECT organization_id FROM integrity_streams WHERE stream_name = $1', [
+    streamName,
+  ]);
+  return rows[0]?.organization_id;
+}
+
 export async function treeSizes(client: Queryable, organizationIds: string[]): Promise<Map<string, number>> {
   const { rows } = await client.query<{ organization_id: string; size: string }>(
     'SELECT organization_id, size FROM integrity_trees WHERE organization_id = ANY($1)',

@@ -10,6 +10,8 @@ import {
   readNodesOfTrees,
   readTreeProgress,
   readStreamHeads,
+  leafKey,
+  leavesHeld,
   saveCheckpoint,
   saveTreeBatch,
   treesDueForCheckpoint,
@@ -109,8 +111,19 @@ export class TreeKeeper {
     return inTransaction(pool, async (client) => {
       // Another instance's keeper appended from there meanwhile: this batch is its, already.
       if (comparePositions(await lockProgress(client), after) !== 0) return 0;
-      const streams = await readStreamHeads(client, [...new Set(events.map((event) => event.streamName))]);
-      const { leaves, heads, unplaced } = placeEvents(events, streams);
+      // An event at a version the tree holds already was put back into the log under the service
+      // (deleted and inserted again, at a later position): it is evidence of tampering for
+      // audit:verify to name, not a new leaf, and must not stop the trees of every organization.
+      const held = await leavesHeld(client, events);
+      const unheld = held.size === 0 ? events : events.filter((event) => !held.has(leafKey(event.streamName, event.version)));
+      for (const event of events)
+        if (held.has(leafKey(event.streamName, event.version)))
+          logger.error(
+            { stream: event.streamName, version: event.version.toString() },
+            'event at a version the integrity tree holds already (the log was changed under the service; run npm run audit:verify) left out of the tree',
+          );
+      const streams = await readStreamHeads(client, [...new Set(unheld.map((event) => event.streamName))]);
+      const { leaves, heads, unplaced } = placeEvents(unheld, streams);
       for (const event of unplaced)
         logger.warn(
           { stream: event.streamName, version: event.version.toString() },

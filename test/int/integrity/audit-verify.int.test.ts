@@ -31,11 +31,13 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
   let keys: AuditKeys;
   let database: pg.Pool;
   let before: Checkpoint;
-  const ids: Record<'edited' | 'actor' | 'deleted' | 'truncated' | 'swapped' | 'disowned' | 'untouched', string> = {
+  const ids: Record<'edited' | 'actor' | 'deleted' | 'truncated' | 'beheaded' | 'moved' | 'swapped' | 'disowned' | 'untouched', string> = {
     edited: '',
     actor: '',
     deleted: '',
     truncated: '',
+    beheaded: '',
+    moved: '',
     swapped: '',
     disowned: '',
     untouched: '',
@@ -86,7 +88,7 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       await api.updateWorkspace({ id: workspace.id, name: `${name} 3`, attributes: { step: 3 } });
       ids[name] = workspace.id;
     }
-    before = await checkpointCovering(api, organization, 21);
+    before = await checkpointCovering(api, organization, 27);
     await checkpointCovering(api, legacy.organization, 2);
   }, 120_000);
   afterAll(async () => {
@@ -132,6 +134,14 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     );
     await database.query('DELETE FROM es_events WHERE stream_name = $1 AND version = 2', [stream('deleted')]);
     await database.query('DELETE FROM es_events WHERE stream_name = $1 AND version = 3', [stream('truncated')]);
+    await database.query('DELETE FROM es_events WHERE stream_name = $1 AND version = 1', [stream('beheaded')]);
+    // Deleted and put back as it was: the same event, now later in the log than the stream's next ones.
+    await database.query(
+      `WITH removed AS (DELETE FROM es_events WHERE stream_name = $1 AND version = 1 RETURNING *)
+       INSERT INTO es_events (stream_name, version, event_id, type, data, metadata, recorded_at)
+       SELECT stream_name, version, event_id, type, data, metadata, recorded_at FROM removed`,
+      [stream('moved')],
+    );
     await database.query(
       `UPDATE es_events e SET data = o.data FROM es_events o
        WHERE e.stream_name = $1 AND o.stream_name = $1 AND ((e.version = 2 AND o.version = 3) OR (e.version = 3 AND o.version = 2))`,
@@ -158,11 +168,19 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     expect(lines.filter((line) => line.includes(stream('disowned')))).toEqual([
       expect.stringMatching(new RegExp(`^${at('disowned', 3)}leaf \\d+ of the tree holds this event, but its metadata no longer marks it`)),
     ]);
+    expect(lines.filter((line) => line.includes(stream('beheaded')))).toEqual([
+      expect.stringMatching(new RegExp(`^${at('beheaded', 2)}follows version 0: an event before it is missing`)),
+      expect.stringMatching(new RegExp(`^${at('beheaded', 2)}previous_hash is [0-9a-f]{64}, the previous event's hash is 0{64}$`)),
+      expect.stringMatching(new RegExp(`^${at('beheaded', 1)}leaf \\d+ of the tree has no event in the log`)),
+    ]);
+    expect(lines.filter((line) => line.includes(stream('moved')))).toEqual([
+      `${at('moved', 2)}it lies before version 1 in the log's order: one of the two was moved`,
+    ]);
     expect(lines.filter((line) => line.includes(stream('untouched')))).toEqual([]);
     expect(lines.at(-1)).toMatch(/^\d+ break\(s\) in \d+ events, 2 trees, \d+ checkpoints$/);
 
     // The client, holding only a checkpoint signed before and the keys, catches each in the proof it is served now.
-    for (const name of ['edited', 'actor', 'deleted', 'truncated', 'swapped'] as const) {
+    for (const name of ['edited', 'actor', 'deleted', 'truncated', 'beheaded', 'swapped'] as const) {
       const now = await api.getWorkspaceProof({ id: ids[name], size: before.size });
       const verdict = await verifyRecord(now, before, keys);
       expect(verdict.valid, name).toBe(false);
@@ -192,6 +210,14 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
         message: expect.stringMatching(/^the proof says this event is missing, but leaf \d+ is not in the checkpoint's tree/),
       }),
     ]);
+    // The record's first event gone: the tree still holds its leaf, and the record's organization.
+    const beheaded = await api.getWorkspaceProof({ id: ids.beheaded, size: before.size });
+    expect(beheaded.events.map((event) => event.version)).toEqual([2, 3]);
+    expect(beheaded.missing_events.map((event) => event.version)).toEqual([1]);
+    expect((await verifyRecord(beheaded, before, keys, ids.beheaded)).problems).toContainEqual({
+      version: 1,
+      message: `leaf ${beheaded.missing_events[0]!.leaf_index} of the checkpoint's tree holds this event of the record, which the service no longer has`,
+    });
     expect(proofs.untouched!.missing_events).toEqual([]);
     // A proof of another record, served for the one asked about, is refused when the record is named.
     expect(await verifyRecord(proofs.untouched!, before, keys, ids.untouched)).toEqual({ valid: true, problems: [] });
@@ -227,6 +253,13 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       message: 'expected a version after 3: the event is out of place',
     });
     expect(await verifyRecord(await api.getWorkspaceProof({ id: ids.untouched, size: before.size }), before, keys)).toEqual({
+      valid: true,
+      problems: [],
+    });
+    // The event put back is not taken as a new leaf, and the trees go on with the events after it.
+    const later = await api.createWorkspace({ organization_id: organization, name: 'after the tampering' });
+    const grown = await checkpointCovering(api, organization, before.size + 1);
+    expect(await verifyRecord(await api.getWorkspaceProof({ id: later.id, size: grown.size }), grown, keys, later.id)).toEqual({
       valid: true,
       problems: [],
     });
