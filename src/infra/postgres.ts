@@ -130,13 +130,24 @@ export async function joinSnapshot(client: pg.ClientBase, snapshotId: string): P
   await client.query(`SET TRANSACTION SNAPSHOT ${client.escapeLiteral(snapshotId)}`);
 }
 
-/** Connection-level failures (refused, reset, terminated, timeouts), as opposed to errors in a statement. */
+/**
+ * Errors PostgreSQL raises only while it starts a session, and ends it: the database refusing
+ * sessions (55000), dropped or renamed (3D000), the role's login or connect privilege gone (28000,
+ * 28P01, 42501), the server starting, stopping or full. Raised at FATAL level, which ends the session;
+ * the same codes at ERROR level are a statement's own.
+ */
+const sessionRefusals = ['55000', '3D000', '28000', '28P01', '42501', '57P03', '53300'];
+
+const isFatal = (error: Error) => (error as { severity?: string }).severity === 'FATAL';
+
+/** Connection-level failures (refused, reset, terminated, timeouts, any error that ends the session), as opposed to errors in a statement. */
 export function isConnectionError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: string }).code ?? '';
   return (
     ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', '57P01', '57P02', '57P03', '53300'].includes(code) ||
     code.startsWith('08') ||
+    isFatal(error) ||
     /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(error.message)
   );
 }
@@ -153,7 +164,8 @@ export function isConnectRefusal(error: unknown): boolean {
   const opening = syscall === 'connect' || syscall === 'getaddrinfo';
   return (
     (opening && ['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN'].includes(code)) ||
-    // The server refused the session before any statement: starting up, or too many connections.
+    // The server refused the session before any statement.
+    (isFatal(error) && sessionRefusals.includes(code)) ||
     ['57P03', '53300'].includes(code) ||
     /timeout exceeded when trying to connect/i.test(error.message)
   );

@@ -1,10 +1,13 @@
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { pino } from 'pino';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, inject, it } from 'vitest';
+import { toServiceError } from '../../../src/api/errors.js';
 import { EventStoreNotReached } from '../../../src/eventstore/port.js';
 import { PostgresEventStore } from '../../../src/eventstore/postgres.js';
 import { freePort } from '../../../src/infra/embedded-postgres.js';
 import { createPool, PgListener } from '../../../src/infra/postgres.js';
+import { createTestDatabase } from '../../support/database.js';
 
 const logger = pino({ level: 'silent' });
 
@@ -24,5 +27,33 @@ describe('PostgreSQL event store with nothing listening at its address', () => {
     await expect(
       store.append(`workspace-ws_${randomUUID()}`, 0n, [{ id: randomUUID(), type: 'WorkspaceCreated', data: {}, metadata: {} }]),
     ).rejects.toBeInstanceOf(EventStoreNotReached);
+  });
+
+  // The server is there, but refuses the database's sessions (PostgreSQL raises these only when a
+  // session starts): nothing was sent, and any statement answers 503, not 500.
+  it.each([
+    ['does not accept connections', 'ALTER DATABASE %I ALLOW_CONNECTIONS false'],
+    ['no longer exists', 'DROP DATABASE %I'],
+  ])('fails an append as not reached, and a query as unavailable, when the database %s', async (_case, statement) => {
+    const url = await createTestDatabase();
+    const admin = new pg.Client({ connectionString: inject('adminDatabaseUrl') });
+    await admin.connect();
+    try {
+      const { rows } = await admin.query<{ sql: string }>('SELECT format($1::text, $2::text) AS sql', [
+        statement,
+        new URL(url).pathname.slice(1),
+      ]);
+      await admin.query(rows[0]!.sql);
+    } finally {
+      await admin.end();
+    }
+    const pool = createPool(url, logger, 1);
+    closes.push(() => pool.end());
+    const store = new PostgresEventStore(pool, new PgListener(url, logger));
+    await expect(
+      store.append(`workspace-ws_${randomUUID()}`, 0n, [{ id: randomUUID(), type: 'WorkspaceCreated', data: {}, metadata: {} }]),
+    ).rejects.toBeInstanceOf(EventStoreNotReached);
+    const refused = await pool.query('SELECT 1').catch((error: unknown) => error);
+    expect(toServiceError(refused).code).toBe('unavailable');
   });
 });
