@@ -50,6 +50,69 @@ const concat = (...parts: Uint8Array[]) => {
 const leafHash = (eventHash: string) => sha256(concat(Uint8Array.of(0), fromHex(eventHash)));
 const nodeHash = (left: Uint8Array, right: Uint8Array) => sha256(concat(Uint8Array.of(1), left, right));
 
+const isHash = (value: unknown): value is string => typeof value === 'string' && /^[0-9a-f]{64}$/.test(value);
+const isCount = (value: unknown): value is number => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
+const isObject = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value);
+const isPath = (value: unknown): value is string[] => Array.isArray(value) && value.every(isHash);
+const isJson = (value: unknown) => {
+  try {
+    canonicalJson(value);
+    return true;
+  } catch {
+    // canonicalJson refuses only what JSON cannot hold (NaN, Infinity): such data is not a stored event's.
+    return false;
+  }
+};
+
+/**
+ * The verifiers take what a caller hands them, which may be anything: each input is checked
+ * against the shape the service answers with before anything is computed from it, so that a
+ * malformed one is reported as a problem rather than thrown, or read leniently (a hash must be
+ * exactly 64 lower-case hex digits, as the service writes them).
+ */
+type Rule = readonly [test: (value: unknown) => boolean, what: string];
+const text: Rule = [(value) => typeof value === 'string', 'a string'];
+const hash: Rule = [isHash, '64 lower-case hex digits'];
+const count: Rule = [isCount, 'a whole number ≥ 0'];
+const path: Rule = [isPath, 'a list of hashes of 64 lower-case hex digits'];
+const jsonObject: Rule = [(value) => isObject(value) && isJson(value), 'a JSON object'];
+type Shape = Record<string, Rule>;
+const checkpointShape: Shape = { organization_id: text, size: count, root_hash: hash, timestamp: text, key_id: text, signature: text };
+const eventShape: Shape = {
+  version: count,
+  type: text,
+  occurred_at: text,
+  actor: text,
+  stream: text,
+  schema_version: count,
+  stored_data: jsonObject,
+  data_hash: hash,
+  previous_hash: hash,
+  hash,
+  leaf_index: count,
+  inclusion_path: path,
+};
+const missingEventShape: Shape = { version: count, hash, leaf_index: count, inclusion_path: path };
+
+function flawsOf(value: unknown, shape: Shape, name: string): string[] {
+  if (!isObject(value)) return [`${name} is not an object`];
+  return Object.entries(shape)
+    .filter(([field, [test]]) => !test(value[field]))
+    .map(([field, [, what]]) => `${name}: ${field} is not ${what}`);
+}
+
+function listFlaws(value: unknown, shape: Shape, name: string): string[] {
+  if (!Array.isArray(value)) return [`${name} are not a list`];
+  return value.flatMap((item, index) => flawsOf(item, shape, `${name.replace(/s$/, '')} ${index}`));
+}
+
+const keysFlaws = (keys: unknown) =>
+  isObject(keys) && Array.isArray(keys.keys) && keys.keys.every(isObject) ? [] : ['the keys are not a JWKS ({"keys": [...]})'];
+
+/** The answer for inputs that are not what the service gives: nothing was verified. */
+const malformed = (flaws: string[]): Verification | undefined =>
+  flaws.length === 0 ? undefined : { valid: false, problems: flaws.map((flaw) => ({ message: `malformed input: ${flaw}` })) };
+
 const isOdd = (n: number) => n % 2 === 1;
 const half = (n: number) => Math.floor(n / 2);
 
@@ -60,7 +123,7 @@ export async function rootFromInclusionPath(
   size: number,
   path: readonly string[],
 ): Promise<string | undefined> {
-  if (index < 0 || index >= size) return undefined;
+  if (!isCount(index) || !isCount(size) || index >= size || !isHash(eventHash) || !isPath(path)) return undefined;
   let fn = index;
   let sn = size - 1;
   let r = await leafHash(eventHash);
@@ -83,7 +146,8 @@ export async function consistencyPathValid(
   toRoot: string,
   path: readonly string[],
 ): Promise<boolean> {
-  if (fromSize <= 0 || fromSize > toSize) return false;
+  if (!isCount(fromSize) || !isCount(toSize) || fromSize === 0 || fromSize > toSize) return false;
+  if (!isHash(fromRoot) || !isHash(toRoot) || !isPath(path)) return false;
   if (fromSize === toSize) return path.length === 0 && fromRoot === toRoot;
   // A tree whose size is a power of two is a node of the larger one: the path leaves out its root, known already.
   const nodes = Number.isInteger(Math.log2(fromSize)) ? [fromRoot, ...path] : [...path];
@@ -107,6 +171,7 @@ export async function consistencyPathValid(
 
 /** Whether the checkpoint carries a valid Ed25519 signature by its key in `keys`. */
 export async function checkpointSignatureValid(checkpoint: Checkpoint, keys: AuditKeys): Promise<boolean> {
+  if (keysFlaws(keys).length > 0 || flawsOf(checkpoint, checkpointShape, 'checkpoint').length > 0) return false;
   const jwk = keys.keys.find((key) => key.kid === checkpoint.key_id);
   if (!jwk || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519' || !jwk.x) return false;
   const { organization_id, size, root_hash, timestamp } = checkpoint;
@@ -145,6 +210,19 @@ export async function verifyRecord(
   /** The record the proof was asked for: its events must be that record's stream's (a proof of another record is refused). */
   recordId?: string,
 ): Promise<Verification> {
+  const refused = malformed([
+    ...flawsOf(checkpoint, checkpointShape, 'the checkpoint'),
+    ...keysFlaws(keys),
+    ...(isObject(proof)
+      ? [
+          ...flawsOf(proof.checkpoint, checkpointShape, "the proof's checkpoint"),
+          ...listFlaws(proof.events, eventShape, "the proof's events"),
+          ...(proof.missing_events === undefined ? [] : listFlaws(proof.missing_events, missingEventShape, "the proof's missing_events")),
+        ]
+      : ['the proof is not an object']),
+    ...(recordId === undefined || typeof recordId === 'string' ? [] : ['the record id is not a string']),
+  ]);
+  if (refused) return refused;
   const problems: Verification['problems'] = [];
   if (!(await checkpointSignatureValid(checkpoint, keys)))
     problems.push({ message: `checkpoint of size ${checkpoint.size}: the signature does not verify` });
@@ -218,6 +296,19 @@ export async function verifyConsistency(
   proof: ConsistencyProof,
   keys: AuditKeys,
 ): Promise<Verification> {
+  const refused = malformed([
+    ...flawsOf(older, checkpointShape, 'the older checkpoint'),
+    ...flawsOf(newer, checkpointShape, 'the newer checkpoint'),
+    ...keysFlaws(keys),
+    ...(isObject(proof)
+      ? [
+          ...flawsOf(proof.from, checkpointShape, "the proof's from"),
+          ...flawsOf(proof.to, checkpointShape, "the proof's to"),
+          ...(isPath(proof.path) ? [] : [`the proof's path is not ${path[1]}`]),
+        ]
+      : ['the proof is not an object']),
+  ]);
+  if (refused) return refused;
   const problems: Verification['problems'] = [];
   for (const checkpoint of [older, newer]) {
     if (!(await checkpointSignatureValid(checkpoint, keys)))
