@@ -228,13 +228,11 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       }
       // Issues a schema left without a message of its own are worded by the service (validation-messages.ts).
       const parsed = paramsSchemas[query].safeParse(params, { error: validationErrorMap });
-      const inexact = inexactNumbersOf(request.body);
-      if (!parsed.success || inexact.length > 0) {
-        throw new ServiceError('validation_error', 'invalid parameters', [
-          ...(parsed.success ? [] : validationDetails(parsed.error, 'params')),
-          ...inexact,
-        ]);
-      }
+      const invalid = parsed.success ? [] : validationDetails(parsed.error, 'params');
+      // A number the schema refuses already (out of range, say) is not told to be sent as a string as well.
+      const inexact = inexactNumbersOf(request.body).filter((detail) => !invalid.some((issue) => issue.path === detail.path));
+      if (invalid.length > 0 || inexact.length > 0)
+        throw new ServiceError('validation_error', 'invalid parameters', [...invalid, ...inexact]);
       const requestHash = key === undefined ? undefined : IdempotencyKeys.hash(query, params);
       const caller: Caller = {
         subject: principal.subject,

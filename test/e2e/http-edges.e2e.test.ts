@@ -116,6 +116,13 @@ describe('bodies are stored exactly as sent, or refused', () => {
     expect(await total()).toBe(before);
   });
 
+  it("a number out of a parameter's range is told so, and not also to be sent as a string", async () => {
+    const body = `{"query":"get_workspace_history","params":{"id":"ws_x","page":9007199254740993,"size":10}}`;
+    const response = await rawPost(service, body, jsonHeaders(token));
+    expectError(response, 400, 'validation_error');
+    expect(response.body.error.details).toEqual([{ path: 'params.page', message: expect.not.stringContaining('exactly') }]);
+  });
+
   it('a body with a Content-Encoding other than identity is 415, compressed or not, and nothing is stored', async () => {
     const before = await total();
     const body = JSON.stringify({ query: 'create_workspace', params: { organization_id: org, name: 'Encoded' } });
