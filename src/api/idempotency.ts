@@ -34,6 +34,8 @@ export type Claim = {
  */
 export class IdempotencyKeys {
   private lastPurge = 0;
+  /** The claims this instance holds now (claim id → the caller's key): moved to the holder's new session when it reconnects. */
+  private readonly held = new Map<string, { subject: string; key: string }>();
 
   constructor(
     private readonly pool: Pool,
@@ -117,10 +119,35 @@ export class IdempotencyKeys {
     return { replay: { status: row.response_status, body: row.response_body } };
   }
 
+  /**
+   * Ties the claims this instance holds to its holder's current session. Called when that session
+   * was replaced while the instance lives on (its connection was reset and made again): the claims
+   * would otherwise look orphaned, and a retry would take one over while its request still runs.
+   */
+  async reattach(): Promise<void> {
+    const holder = this.holder();
+    if (this.held.size === 0 || !holder) return;
+    const claims = [...this.held];
+    await this.pool.query(
+      `UPDATE idempotency_keys k SET holder_pid = $4, holder_started = $5
+       FROM unnest($1::text[], $2::text[], $3::uuid[]) AS h(subject, key, claim)
+       WHERE k.subject = h.subject AND k.key = h.key AND k.claim = h.claim AND k.response_status IS NULL`,
+      [
+        claims.map(([, { subject }]) => subject),
+        claims.map(([, { key }]) => key),
+        claims.map(([claim]) => claim),
+        holder.pid,
+        holder.startedAt,
+      ],
+    );
+  }
+
   private holdClaim(subject: string, key: string, claim: string): Claim {
     const owned = 'subject = $1 AND key = $2 AND claim = $3';
+    this.held.set(claim, { subject, key });
     return {
       complete: async (response) => {
+        this.held.delete(claim);
         await this.pool.query(`UPDATE idempotency_keys SET response_status = $4, response_body = $5 WHERE ${owned}`, [
           subject,
           key,
@@ -130,6 +157,7 @@ export class IdempotencyKeys {
         ]);
       },
       release: async () => {
+        this.held.delete(claim);
         await this.pool.query(`DELETE FROM idempotency_keys WHERE ${owned} AND response_status IS NULL`, [subject, key, claim]);
       },
     };

@@ -222,14 +222,21 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       deadLetters: () => deadLetterCounts(pool),
     });
 
+    const idempotency = new IdempotencyKeys(
+      pool,
+      () => listener.session,
+      (error) => logger.warn({ err: error.message }, 'expired idempotency keys not deleted; retrying in a minute'),
+    );
+    listener.onReconnect(() =>
+      idempotency
+        .reattach()
+        .catch((error: unknown) => logger.warn({ err: (error as Error).message }, 'idempotency claims not moved to the new session')),
+    );
+
     return {
       services: {
         verifyToken: createTokenVerifier(auth),
-        idempotency: new IdempotencyKeys(
-          pool,
-          () => listener.session,
-          (error) => logger.warn({ err: error.message }, 'expired idempotency keys not deleted; retrying in a minute'),
-        ),
+        idempotency,
         commands,
         queries,
         webhooks,
