@@ -151,19 +151,18 @@ export type ChangeQuery = {
 export type ChangePage = { items: Change[]; next: string; has_more: boolean };
 
 /**
- * A page from the rows read (at most `limit + 1`): `next` continues after the last one shown, or
- * stays at `after`. `present` shows a row (a reader sharing rows among callers shares their Changes too).
+ * A page from the rows read: `next` continues after the last one shown, or stays at `after`.
+ * `present` shows a row (a reader sharing rows among callers shares their Changes too).
  */
 export function pageOf(
-  rows: readonly StoredChange[],
-  query: Pick<ChangeQuery, 'after' | 'limit'>,
+  read: { rows: readonly StoredChange[]; more: boolean },
+  query: Pick<ChangeQuery, 'after'>,
   present: (row: StoredChange) => Change = changeOf,
 ): ChangePage {
-  const shown = rows.slice(0, query.limit);
-  const last = shown.at(-1);
+  const last = read.rows.at(-1);
   return {
-    items: shown.map(present),
+    items: read.rows.map(present),
     next: encodeCursor(last ? positionOf(last) : query.after),
-    has_more: rows.length > query.limit,
+    has_more: read.more,
   };
 }

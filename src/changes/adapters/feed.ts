@@ -2,7 +2,7 @@ import { hash } from 'node:crypto';
 import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
 import type { Pool } from '../../infra/postgres.js';
 import { changeOf, pageOf, positionOf, type Change, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
-import { readChanges } from './table.js';
+import { readChanges, type ChangeRows } from './table.js';
 
 /** How far the projection has got, and a wait for it to move (src/projections/progress.ts). */
 export type FeedProgress = {
@@ -27,7 +27,7 @@ export type FeedProgress = {
  * reading the nothing it would find first. Every call still reads before it answers.
  */
 export function createChangeFeed(pool: Pool, progress: FeedProgress) {
-  const reading = new Map<string, Promise<StoredChange[]>>();
+  const reading = new Map<string, Promise<ChangeRows>>();
   // A row read once for several callers is shown once: the streams woken together share their Changes.
   const shown = new WeakMap<StoredChange, Change>();
   const present = (row: StoredChange): Change => {
@@ -39,7 +39,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
     JSON.stringify([query.after, query.organizations, query.workspaceId ?? null, query.types, query.limit], (_, value) =>
       typeof value === 'bigint' ? value.toString() : (value as unknown),
     );
-  const read = (query: ChangeQuery, seen: GlobalPosition): Promise<StoredChange[]> => {
+  const read = (query: ChangeQuery, seen: GlobalPosition): Promise<ChangeRows> => {
     const key = `${seen.commit}/${seen.prepare} ${keyOf(query)}`;
     let rows = reading.get(key);
     if (!rows) {
@@ -55,8 +55,8 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
    */
   const readTo = new Map<string, GlobalPosition>();
   const digestOf = (query: ChangeQuery) => hash('sha256', keyOf(query), 'base64');
-  const remember = (query: ChangeQuery, rows: readonly StoredChange[], seen: GlobalPosition) => {
-    if (rows.length > query.limit) return;
+  const remember = (query: ChangeQuery, { rows, more }: ChangeRows, seen: GlobalPosition) => {
+    if (more) return;
     const last = rows.at(-1);
     const key = digestOf({ ...query, after: last ? positionOf(last) : query.after });
     readTo.delete(key);
@@ -76,7 +76,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
       const seen = progress.current;
       const rows = await read(query, seen);
       const remaining = deadline - performance.now();
-      if (rows.length > 0 || remaining <= 0 || signal?.aborted) {
+      if (rows.rows.length > 0 || remaining <= 0 || signal?.aborted) {
         remember(query, rows, seen);
         return pageOf(rows, query, present);
       }

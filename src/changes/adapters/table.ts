@@ -32,40 +32,74 @@ export function insertChanges(parameter: (value: unknown) => string, entries: re
      ON CONFLICT DO NOTHING`;
 }
 
-const columns = `commit_position::text, prepare_position::text, type, record_id, organization_id, workspace_id, version::text,
-  occurred_at, actor, data`;
+/** A change row's columns, `data` as JSON text: sized for the page's budget, then parsed once it is in the page. */
+const columns = `commit_position, prepare_position, type, record_id, organization_id, workspace_id, version::text, occurred_at, actor,
+  data::text AS data`;
+const pageColumns =
+  'commit_position::text, prepare_position::text, type, record_id, organization_id, workspace_id, version, occurred_at, actor, data';
 
 /**
- * At most `limit + 1` changes after `after`, in log order. Each organization's rows are read on
- * its own key range (at most `limit + 1` each) and merged, so a page costs what the caller's
- * organizations hold after the cursor, never the rest of the log; a workspace filter reads that
- * workspace's range.
+ * The most `data` (as JSON text) one page carries: a page of large records (a solution's
+ * documentation may be 512 KiB) stops short of `limit` before it would pass this, and says there
+ * is more, so that no answer grows past what can be built in memory (a thousand such changes are
+ * more than a JavaScript string holds). The first change is shown whatever its size.
  */
-export async function readChanges(pool: Pool, query: ChangeQuery): Promise<StoredChange[]> {
-  if (query.organizations.length === 0 || query.types.length === 0) return [];
+export const pageDataBudgetBytes = 16 * 1024 * 1024;
+
+/**
+ * The rows of `candidates` (the next `limit + 1`, in log order) that fit the page's data budget,
+ * and how many candidates there were: sized as they are read, so that rows past the budget are
+ * never sent.
+ */
+const withinBudget = (candidates: string, budget: string) =>
+  `SELECT ${pageColumns}, fetched::int FROM (
+     SELECT sized.*, sum(size) OVER (ORDER BY commit_position, prepare_position ROWS UNBOUNDED PRECEDING) - size AS before,
+       count(*) OVER () AS fetched
+     FROM (SELECT candidate.*, octet_length(candidate.data) AS size FROM (${candidates}) candidate) sized
+   ) page
+   WHERE before < ${budget}
+   ORDER BY page.commit_position, page.prepare_position`;
+
+/** A page's rows (at most `limit`), and whether changes follow them. */
+export type ChangeRows = { rows: StoredChange[]; more: boolean };
+
+/**
+ * At most `limit` changes after `after`, in log order, within the page's data budget. Each
+ * organization's rows are read on its own key range (at most `limit + 1` each) and merged, so a
+ * page costs what the caller's organizations hold after the cursor, never the rest of the log; a
+ * workspace filter reads that workspace's range.
+ */
+export async function readChanges(pool: Pool, query: ChangeQuery, budgetBytes = pageDataBudgetBytes): Promise<ChangeRows> {
+  if (query.organizations.length === 0 || query.types.length === 0) return { rows: [], more: false };
   const after = [query.after.commit.toString(), query.after.prepare.toString()];
   const fetched = query.limit + 1;
-  if (query.workspaceId !== undefined) {
-    const { rows } = await pool.query<StoredChange>(
-      named(
-        `SELECT ${columns} FROM changes
-         WHERE workspace_id = $1 AND organization_id = ANY($2) AND (commit_position, prepare_position) > ($3, $4) AND type = ANY($5)
-         ORDER BY changes.commit_position, changes.prepare_position LIMIT $6`,
-        [query.workspaceId, query.organizations, ...after, query.types, fetched],
-      ),
-    );
-    return rows;
-  }
-  const { rows } = await pool.query<StoredChange>(
-    named(
-      `SELECT c.* FROM unnest($1::text[]) AS o(id) CROSS JOIN LATERAL (
-         SELECT ${columns} FROM changes
-         WHERE organization_id = o.id AND (commit_position, prepare_position) > ($2, $3) AND type = ANY($4)
-         ORDER BY changes.commit_position, changes.prepare_position LIMIT $5
-       ) c
-       ORDER BY c.commit_position::numeric, c.prepare_position::numeric LIMIT $5`,
-      [query.organizations, ...after, query.types, fetched],
-    ),
-  );
-  return rows;
+  const statement =
+    query.workspaceId !== undefined
+      ? named(
+          withinBudget(
+            `SELECT ${columns} FROM changes
+             WHERE workspace_id = $1 AND organization_id = ANY($2) AND (commit_position, prepare_position) > ($3, $4) AND type = ANY($5)
+             ORDER BY changes.commit_position, changes.prepare_position LIMIT $6`,
+            '$7',
+          ),
+          [query.workspaceId, query.organizations, ...after, query.types, fetched, budgetBytes],
+        )
+      : named(
+          withinBudget(
+            `SELECT c.* FROM unnest($1::text[]) AS o(id) CROSS JOIN LATERAL (
+               SELECT ${columns} FROM changes
+               WHERE organization_id = o.id AND (commit_position, prepare_position) > ($2, $3) AND type = ANY($4)
+               ORDER BY changes.commit_position, changes.prepare_position LIMIT $5
+             ) c
+             ORDER BY c.commit_position, c.prepare_position LIMIT $5`,
+            '$6',
+          ),
+          [query.organizations, ...after, query.types, fetched, budgetBytes],
+        );
+  const { rows } = await pool.query<Omit<StoredChange, 'data'> & { data: string; fetched: number }>(statement);
+  const candidates = rows[0]?.fetched ?? 0;
+  const shown = rows
+    .slice(0, query.limit)
+    .map(({ fetched: _, data, ...row }): StoredChange => ({ ...row, data: JSON.parse(data) as StoredChange['data'] }));
+  return { rows: shown, more: candidates > shown.length };
 }

@@ -67,30 +67,48 @@ describe('the changes table', () => {
   });
 
   it("merges the caller's organizations in log order, not in text order, and never reads another's", async () => {
-    const rows = await readChanges(pool, query());
+    const { rows } = await readChanges(pool, query());
     const positions = rows.map((row) => Number(row.commit_position));
     expect(positions).toEqual([...positions].sort((a, b) => a - b));
     expect(positions.length).toBe(13);
     expect(new Set(rows.map((row) => row.organization_id))).toEqual(new Set(['org_a', 'org_b']));
   });
 
-  it('pages exactly once: limit + 1 rows tell whether more follow, and a cursor continues after its position', async () => {
-    const all = await readChanges(pool, query());
+  /** Every change after `startOfLog`, page by page, as positions; and how many pages it took. */
+  async function pageThrough(limit: number, workspaceId?: string, budget?: number): Promise<{ seen: string[]; pages: number }> {
     const seen: string[] = [];
     let after: GlobalPosition = startOfLog;
-    for (;;) {
-      const page = await readChanges(pool, query({ after, limit: 4 }));
-      seen.push(...page.slice(0, 4).map((row) => row.commit_position));
-      if (page.length <= 4) break;
-      after = decodeCursor(encodeCursor({ commit: BigInt(page[3]!.commit_position), prepare: 0n }))!;
+    for (let pages = 1; ; pages++) {
+      const page = await readChanges(pool, query({ after, limit, workspaceId }), budget);
+      expect(page.rows.length).toBeLessThanOrEqual(limit);
+      seen.push(...page.rows.map((row) => row.commit_position));
+      if (!page.more) return { seen, pages };
+      expect(page.rows.length).toBeGreaterThan(0);
+      after = decodeCursor(encodeCursor({ commit: BigInt(page.rows.at(-1)!.commit_position), prepare: 0n }))!;
     }
-    expect(seen).toEqual(all.map((row) => row.commit_position));
+  }
+
+  it('pages exactly once: limit + 1 rows tell whether more follow, and a cursor continues after its position', async () => {
+    const all = (await readChanges(pool, query())).rows.map((row) => row.commit_position);
+    const { seen, pages } = await pageThrough(4);
+    expect(seen).toEqual(all);
+    expect(pages).toBe(Math.ceil(all.length / 4));
+  });
+
+  it("stops a page short of its limit before the changes' data would pass the page's budget, shows the first whatever its size, and says more follow", async () => {
+    const all = (await readChanges(pool, query())).rows.map((row) => row.commit_position);
+    const oneEach = await pageThrough(100, undefined, 1);
+    expect(oneEach).toEqual({ seen: all, pages: all.length });
+    const workspace = (await readChanges(pool, query({ workspaceId: 'ws_b1' }))).rows.map((row) => row.commit_position);
+    expect(await pageThrough(100, 'ws_b1', 1)).toEqual({ seen: workspace, pages: workspace.length });
+    const within = await readChanges(pool, query());
+    expect(within.more).toBe(false);
   });
 
   it('filters by workspace and by type', async () => {
-    expect((await readChanges(pool, query({ workspaceId: 'ws_b1' }))).map((row) => row.record_id)).toEqual(Array(6).fill('ws_b1'));
-    expect((await readChanges(pool, query({ workspaceId: 'ws_c1' }))).length).toBe(0);
-    expect((await readChanges(pool, query({ types: ['WorkspaceCreated'] }))).map((row) => row.record_id)).toEqual(['ws_a1', 'ws_b1']);
+    expect((await readChanges(pool, query({ workspaceId: 'ws_b1' }))).rows.map((row) => row.record_id)).toEqual(Array(6).fill('ws_b1'));
+    expect((await readChanges(pool, query({ workspaceId: 'ws_c1' }))).rows.length).toBe(0);
+    expect((await readChanges(pool, query({ types: ['WorkspaceCreated'] }))).rows.map((row) => row.record_id)).toEqual(['ws_a1', 'ws_b1']);
   });
 
   it('long-polls: wakes when the projection moves past what it saw, or answers empty when the time is up', async () => {

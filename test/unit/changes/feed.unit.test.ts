@@ -89,8 +89,8 @@ describe('a page of changes', () => {
     data: { id: 'sol_1', name: 'S' },
   });
 
-  it('shows at most `limit` rows, continues after the last one shown, and says whether more were read', () => {
-    const page = pageOf([row(5), row(7), row(9)], { after: at(1n, 0n), limit: 2 });
+  it('shows the rows read, continues after the last one shown, and says whether more follow', () => {
+    const page = pageOf({ rows: [row(5), row(7)], more: true }, { after: at(1n, 0n) });
     expect(page.items.map((change) => change.id)).toEqual([encodeCursor(at(5n, 0n)), encodeCursor(at(7n, 0n))]);
     expect(page).toMatchObject({ next: encodeCursor(at(7n, 0n)), has_more: true });
     expect(page.items[0]).toEqual({
@@ -107,7 +107,11 @@ describe('a page of changes', () => {
   });
 
   it('stays at the cursor when nothing came, and names no solution for a workspace change', () => {
-    expect(pageOf([], { after: at(3n, 1n), limit: 10 })).toEqual({ items: [], next: encodeCursor(at(3n, 1n)), has_more: false });
-    expect(pageOf([row(4, 'WorkspaceUpdated')], { after: startOfLog, limit: 10 }).items[0]).not.toHaveProperty('solution_id');
+    expect(pageOf({ rows: [], more: false }, { after: at(3n, 1n) })).toEqual({
+      items: [],
+      next: encodeCursor(at(3n, 1n)),
+      has_more: false,
+    });
+    expect(pageOf({ rows: [row(4, 'WorkspaceUpdated')], more: false }, { after: startOfLog }).items[0]).not.toHaveProperty('solution_id');
   });
 });
