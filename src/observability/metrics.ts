@@ -130,6 +130,19 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly integrityTreeFailures = new Counter({
+    name: `${metricPrefix}integrity_tree_failures_total`,
+    help: "Rounds of the integrity tree's keeper that failed (the event store or database away, or a fault): each is retried, backing off up to 5 s",
+    registers: [this.registry],
+  });
+
+  readonly integrityEventsLeftOut = new Counter({
+    name: `${metricPrefix}integrity_events_left_out_total`,
+    help: 'Events of the log the integrity tree did not take, by reason: no_organization (its stream names none), repeated_version (a version the tree holds already: the log was changed under the service)',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
   readonly webhookAttempts = new Counter({
     name: `${metricPrefix}webhook_attempts_total`,
     help: 'Webhook delivery attempts by outcome: succeeded, retry (failed, tried again later), failed (schedule spent), gone (410: webhook disabled)',

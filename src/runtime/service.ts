@@ -134,6 +134,8 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       logger: logger.child({ component: 'integrity' }),
       checkpointIntervalMs: config.audit.checkpointIntervalMs,
       deferWhile: async () => (await measureBacklog(store, progress)).events >= catchUpBacklogEvents,
+      onRoundFailed: () => metrics.integrityTreeFailures.inc(),
+      onLeftOut: (reason) => metrics.integrityEventsLeftOut.inc({ reason }),
     });
     if ((options.runTreeKeeper ?? true) && !config.audit.benchWithoutIntegrity) treeKeeper.start();
 

@@ -45,6 +45,9 @@ export type TreeKeeperOptions = {
    * command wait for, has the cores to itself. The tree, which nothing waits for, follows after.
    */
   deferWhile?: () => Promise<boolean>;
+  /** Told of each round that failed (it is retried), and of each event left out of the trees, with why. */
+  onRoundFailed?: () => void;
+  onLeftOut?: (reason: 'no_organization' | 'repeated_version') => void;
 };
 
 /**
@@ -92,6 +95,7 @@ export class TreeKeeper {
         // The store or database is away: the tree waits and tries again, backing off as the
         // projector does (up to 5 s), so an outage is a few lines of log, not five a second.
         failures += 1;
+        this.options.onRoundFailed?.();
         logger.warn({ err: (error as Error).message, failures }, 'integrity tree could not advance; retrying');
         await sleep(Math.min(idleMs * 2 ** failures, maxRetryDelayMs), this.stopping.signal);
         continue;
@@ -116,19 +120,23 @@ export class TreeKeeper {
       // audit:verify to name, not a new leaf, and must not stop the trees of every organization.
       const held = await leavesHeld(client, events);
       const unheld = held.size === 0 ? events : events.filter((event) => !held.has(leafKey(event.streamName, event.version)));
-      for (const event of events)
-        if (held.has(leafKey(event.streamName, event.version)))
-          logger.error(
-            { stream: event.streamName, version: event.version.toString() },
-            'event at a version the integrity tree holds already (the log was changed under the service; run npm run audit:verify) left out of the tree',
-          );
+      for (const event of events) {
+        if (!held.has(leafKey(event.streamName, event.version))) continue;
+        this.options.onLeftOut?.('repeated_version');
+        logger.error(
+          { stream: event.streamName, version: event.version.toString() },
+          'event at a version the integrity tree holds already (the log was changed under the service; run npm run audit:verify) left out of the tree',
+        );
+      }
       const streams = await readStreamHeads(client, [...new Set(unheld.map((event) => event.streamName))]);
       const { leaves, heads, unplaced } = placeEvents(unheld, streams);
-      for (const event of unplaced)
+      for (const event of unplaced) {
+        this.options.onLeftOut?.('no_organization');
         logger.warn(
           { stream: event.streamName, version: event.version.toString() },
           'event of a stream with no organization left out of the integrity tree',
         );
+      }
       const byOrganization = new Map<string, PlacedLeaf[]>();
       for (const leaf of leaves) {
         const list = byOrganization.get(leaf.organizationId);

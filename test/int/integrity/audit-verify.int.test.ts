@@ -5,6 +5,7 @@ import { createClient, verifyRecord, type AuditKeys, type Checkpoint, type Clien
 import { migrate } from '../../../src/infra/migrate.js';
 import { migrations } from '../../../src/infra/migrations/index.js';
 import { createTestDatabase } from '../../support/database.js';
+import { scrape, total } from '../../support/metrics.js';
 import { startTestService, type TestService } from '../../support/service.js';
 import { runCli } from '../cli-run.js';
 
@@ -259,6 +260,8 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     // The event put back is not taken as a new leaf, and the trees go on with the events after it.
     const later = await api.createWorkspace({ organization_id: organization, name: 'after the tampering' });
     const grown = await checkpointCovering(api, organization, before.size + 1);
+    const metrics = await scrape(`${service.url}/metrics`);
+    expect(total(metrics, 'wsapi_integrity_events_left_out_total', { reason: 'repeated_version' })).toBe(1);
     expect(await verifyRecord(await api.getWorkspaceProof({ id: later.id, size: grown.size }), grown, keys, later.id)).toEqual({
       valid: true,
       problems: [],

@@ -23,7 +23,7 @@ describe('integrity tree keeper deferring to the projection', () => {
   });
 
   /** A keeper on the stack that asks `deferWhile` before each round, and idles 20 ms. */
-  const keeperDeferringWhile = (deferWhile: () => Promise<boolean>) => {
+  const keeperDeferringWhile = (deferWhile: () => Promise<boolean>, onRoundFailed?: () => void) => {
     const { privateKey } = generateKeyPairSync('ed25519');
     return new TreeKeeper({
       pool: stack.pool,
@@ -35,6 +35,7 @@ describe('integrity tree keeper deferring to the projection', () => {
       checkpointIntervalMs: 0,
       idleMs: 20,
       deferWhile,
+      onRoundFailed,
     });
   };
 
@@ -68,16 +69,22 @@ describe('integrity tree keeper deferring to the projection', () => {
     await keeper?.stop();
     let failing = true;
     let attempts = 0;
-    keeper = keeperDeferringWhile(async () => {
-      attempts += 1;
-      if (failing) throw new Error('the event store cannot be reached');
-      return false;
-    });
+    let failedRounds = 0;
+    keeper = keeperDeferringWhile(
+      async () => {
+        attempts += 1;
+        if (failing) throw new Error('the event store cannot be reached');
+        return false;
+      },
+      () => (failedRounds += 1),
+    );
     keeper.start();
     await sleep(1_500);
     // Every 20 ms that would be 75 tries; doubling from 40 ms, 5 or 6.
     expect(attempts).toBeGreaterThanOrEqual(2);
     expect(attempts).toBeLessThanOrEqual(10);
+    // Each failed round is told (the service counts them in wsapi_integrity_tree_failures_total).
+    expect(failedRounds).toBe(attempts);
     failing = false;
     const writer = new RecordWriter('keeper-after', 'org_keeper', seededRandom(8));
     const append = writer.next();
