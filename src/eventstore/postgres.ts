@@ -27,6 +27,7 @@ const maxAppendsPerCall = 64;
 const maxAppendCallsInFlight = 4;
 
 const uniqueViolation = '23505';
+const deadlockDetected = '40P01';
 
 type QueuedAppend = {
   streamName: string;
@@ -147,7 +148,11 @@ export class PostgresEventStore implements EventStore {
 
   private sendQueued(): void {
     while (this.queued.length > 0 && this.callsInFlight < maxAppendCallsInFlight) {
-      const batch = this.queued.splice(0, maxAppendsPerCall);
+      // In the order of their streams' names: calls in flight at once then lock the streams they
+      // share in the same order, rather than deadlocking over them.
+      const batch = this.queued
+        .splice(0, maxAppendsPerCall)
+        .sort((a, b) => (a.streamName < b.streamName ? -1 : a.streamName > b.streamName ? 1 : 0));
       this.callsInFlight += 1;
       void this.appendBatch(batch).finally(() => {
         this.callsInFlight -= 1;
@@ -156,7 +161,7 @@ export class PostgresEventStore implements EventStore {
     }
   }
 
-  private async appendBatch(batch: QueuedAppend[]): Promise<void> {
+  private async appendBatch(batch: QueuedAppend[], rollbacksLeft = 3): Promise<void> {
     let rows: { index: number; appended: boolean; transaction_id: string | null; last_position: string | null }[];
     try {
       ({ rows } = await this.guard(() =>
@@ -173,6 +178,12 @@ export class PostgresEventStore implements EventStore {
         ),
       ));
     } catch (error) {
+      // PostgreSQL chose the call as a deadlock's victim and rolled it back: nothing was written, so
+      // the same appends go again (a few times: each try waits for the locks the other one held).
+      if ((error as { code?: string }).code === deadlockDetected && rollbacksLeft > 0) {
+        await this.appendBatch(batch, rollbacksLeft - 1);
+        return;
+      }
       // One append's failure must not fail the others: each is sent again alone, unless the store is
       // out of reach (then it is for all of them). Alone, a duplicate key means a conflicting write.
       if (batch.length > 1 && !(error instanceof EventStoreUnavailable)) {
