@@ -11,7 +11,7 @@ import { signedHeaders } from '../signature.js';
 import { deliveryBody, signingSecrets } from '../webhook.js';
 import { dueDeliveries, parkDisabled, promoteWaiting, type RecordOfWebhook } from './queue.js';
 import { deliveryAgent } from './delivery-agent.js';
-import { literalTargetProblem } from './targets.js';
+import { connectionTargetProblem } from './targets.js';
 
 export type DispatcherSettings = {
   timeoutMs: number;
@@ -289,7 +289,7 @@ export class WebhookDispatcher {
     const body = deliveryBody(change);
     const started = performance.now();
     let status: number | undefined;
-    let problem: string | undefined = literalTargetProblem(delivery.url, this.settings.allowPrivateTargets);
+    let problem: string | undefined = connectionTargetProblem(delivery.url, this.settings.allowPrivateTargets);
     if (!problem) {
       try {
         const now = new Date();

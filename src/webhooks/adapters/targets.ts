@@ -4,8 +4,8 @@ import ipaddr from 'ipaddr.js';
  * Where webhooks may point (contract §15): `https` only, and never a loopback, private,
  * link-local (cloud metadata: 169.254.169.254), multicast, reserved or otherwise non-public
  * address, unless WEBHOOK_ALLOW_PRIVATE_TARGETS. Checked at creation on the URL's form, and at
- * every connection on the addresses its name resolves to then (a name may resolve elsewhere later:
- * ./delivery-agent.ts).
+ * every attempt again: the scheme and an address in the URL here, the addresses its name resolves
+ * to when connecting (a name may resolve elsewhere later: ./delivery-agent.ts).
  */
 
 /**
@@ -40,9 +40,15 @@ export function targetProblem(url: string, allowPrivate: boolean): string | unde
   return undefined;
 }
 
-/** The check a connection's lookup cannot make: a URL naming an address skips DNS. */
-export function literalTargetProblem(url: string, allowPrivate: boolean): string | undefined {
+/**
+ * The checks of each attempt that a connection's lookup cannot make: the scheme (a webhook created
+ * while private targets were allowed may be `http://`), and an address in the URL (connecting to
+ * it skips DNS). A problem found here fails the attempt before any connection is opened.
+ */
+export function connectionTargetProblem(url: string, allowPrivate: boolean): string | undefined {
   if (allowPrivate) return undefined;
-  const host = literalAddress(new URL(url).hostname);
+  const parsed = new URL(url);
+  if (parsed.protocol !== 'https:') return `${parsed.protocol}// is refused: targets must be https://`;
+  const host = literalAddress(parsed.hostname);
   return ipaddr.isValid(host) && !isPublicAddress(host) ? `${host} is not a public address` : undefined;
 }

@@ -348,6 +348,38 @@ describe('webhook delivery', () => {
     expect(received).toEqual([]);
   });
 
+  it('refuses at connection a plain http:// URL once private targets are not allowed, whatever was allowed when created', async () => {
+    received.length = 0;
+    // Created while WEBHOOK_ALLOW_PRIVATE_TARGETS=true; the service runs without it since.
+    const hook = await store().create({
+      organization_id: 'org_plain',
+      url: 'http://8.8.8.8:4111/x',
+      types: ['WorkspaceCreated'],
+      description: '',
+    });
+    const dispatcher = new WebhookDispatcher(
+      pool,
+      idle,
+      settings({ allowPrivateTargets: false, retrySchedule: [], timeoutMs: 1000 }),
+      logger,
+      {},
+      20,
+    );
+    dispatcher.start();
+    await project('org_plain', 1);
+    const log = () => store().deliveries(hook.id, ['org_plain'], { page: 1, size: 10 }, undefined);
+    await until(async () => (await log())!.items[0]?.status === 'failed');
+    await dispatcher.stop();
+    // Refused before connecting: no answer, no connection error, the scheme named.
+    expect((await log())!.items[0]).toMatchObject({
+      status: 'failed',
+      attempts: 1,
+      last_status_code: null,
+      last_error: 'http:// is refused: targets must be https://',
+    });
+    await store().remove(hook.id, ['org_plain']);
+  });
+
   it('disables a webhook failing without a success for the configured time', async () => {
     answer = 500;
     const hook = await store().create({ organization_id: 'org_three', url, types: ['WorkspaceCreated'], description: '' });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { isPublicAddress, literalTargetProblem, targetProblem } from '../../../src/webhooks/adapters/targets.js';
+import { connectionTargetProblem, isPublicAddress, targetProblem } from '../../../src/webhooks/adapters/targets.js';
 
 describe('webhook targets', () => {
   it('tells public unicast addresses from loopback, private, link-local (cloud metadata), reserved and mapped ones', () => {
@@ -53,11 +53,15 @@ describe('webhook targets', () => {
     expect(targetProblem('http://127.0.0.1:9464/', true)).toBeUndefined();
   });
 
-  it('checks an address in the URL at each attempt too, since connecting to it skips the DNS check', () => {
-    expect(literalTargetProblem('https://10.0.0.1/', false)).toMatch(/not a public address/);
-    expect(literalTargetProblem('https://[fd00::1]/', false)).toMatch(/not a public address/);
-    expect(literalTargetProblem('https://[::169.254.169.254]/', false)).toMatch(/not a public address/);
-    expect(literalTargetProblem('https://hooks.example.com/', false)).toBeUndefined();
-    expect(literalTargetProblem('https://10.0.0.1/', true)).toBeUndefined();
+  it('checks the scheme and an address in the URL at each attempt too, since connecting to an address skips the DNS check', () => {
+    expect(connectionTargetProblem('https://10.0.0.1/', false)).toMatch(/not a public address/);
+    expect(connectionTargetProblem('https://[fd00::1]/', false)).toMatch(/not a public address/);
+    expect(connectionTargetProblem('https://[::169.254.169.254]/', false)).toMatch(/not a public address/);
+    expect(connectionTargetProblem('https://hooks.example.com/', false)).toBeUndefined();
+    expect(connectionTargetProblem('https://10.0.0.1/', true)).toBeUndefined();
+    // A webhook created while WEBHOOK_ALLOW_PRIVATE_TARGETS was on, the setting off since.
+    expect(connectionTargetProblem('http://8.8.8.8:4111/x', false)).toBe('http:// is refused: targets must be https://');
+    expect(connectionTargetProblem('http://hooks.example.com/', false)).toBe('http:// is refused: targets must be https://');
+    expect(connectionTargetProblem('http://127.0.0.1:4111/', true)).toBeUndefined();
   });
 });
