@@ -376,7 +376,8 @@ export const operations: { [O in OperationName]: Operation<O> } = {
   rotate_webhook_secret: {
     kind: 'command',
     scope: 'webhooks:manage',
-    summary: "A new secret, answered once; deliveries carry the old secret's signature beside the new one's for 24 h.",
+    summary:
+      'A new secret, answered once; each secret replaced within the last 24 h (the 10 most recent at most) goes on signing deliveries beside it until 24 h after it was replaced.',
     namesRecord: true,
     run: async ({ id }, { caller, webhooks }) => found(await webhooks.rotate(id, [...caller.organizations]), 'webhook'),
   },

@@ -246,17 +246,23 @@ describe('webhooks', () => {
     await ok(service, token, 'delete_webhook', { id: gone.id });
   });
 
-  it('after a rotation, signs with both secrets, each verifiable by standardwebhooks', async () => {
-    const created = await createHook('/rotated', { types: ['WorkspaceCreated'] });
-    const rotated = await ok(service, token, 'rotate_webhook_secret', { id: created.id });
-    expect(rotated.secret).not.toBe(created.secret);
-    receiver.secrets = [created.secret, rotated.secret];
-    await ok(service, token, 'create_workspace', { organization_id: org, name: 'Rot' });
+  it.each([
+    ['a rotation', 1],
+    // The second must not drop the first: every secret replaced within 24 h keeps signing.
+    ['two rotations in a row', 2],
+  ])('after %s, signs with every secret, each verifiable by standardwebhooks', async (_, rotations) => {
+    const created = await createHook(`/rotated-${rotations}`, { types: ['WorkspaceCreated'] });
+    const secrets = [created.secret];
+    for (let i = 0; i < rotations; i++) secrets.push((await ok(service, token, 'rotate_webhook_secret', { id: created.id })).secret);
+    expect(new Set(secrets).size).toBe(rotations + 1);
+    // Every one of them must verify the delivery (the receiver checks each).
+    receiver.secrets = secrets;
+    await ok(service, token, 'create_workspace', { organization_id: org, name: `Rot${rotations}` });
     const [delivery] = await eventually(
-      () => receiver.deliveries('/rotated'),
+      () => receiver.deliveries(`/rotated-${rotations}`),
       (list) => list.length >= 1,
     );
-    expect(delivery!.signature.split(' ')).toHaveLength(2);
+    expect(delivery!.signature.split(' ')).toHaveLength(rotations + 1);
     expect(delivery!.verified).toBe(true);
     await ok(service, token, 'delete_webhook', { id: created.id });
   });

@@ -14,6 +14,7 @@ import { recordCommands } from './0013-record-commands.js';
 import { appendsMarked } from './0014-appends-marked.js';
 import { webhookHeads } from './0015-webhook-heads.js';
 import { disabledWebhooksParked } from './0016-disabled-webhooks-parked.js';
+import { retiredWebhookSecrets } from './0017-retired-webhook-secrets.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -36,4 +37,5 @@ export const migrations: readonly Migration[] = [
   appendsMarked,
   webhookHeads,
   disabledWebhooksParked,
+  retiredWebhookSecrets,
 ];

@@ -8,7 +8,7 @@ import { changeOf, type StoredChange } from '../../changes/feed.js';
 import type { Pool } from '../../infra/postgres.js';
 import { outcomeOf, retryDelay, type AttemptOutcome } from '../schedule.js';
 import { signedHeaders } from '../signature.js';
-import { deliveryBody, signingSecrets } from '../webhook.js';
+import { deliveryBody, signingSecrets, type RetiredSecret } from '../webhook.js';
 import { dueDeliveries, parkDisabled, promoteWaiting, type RecordOfWebhook } from './queue.js';
 import { deliveryAgent } from './delivery-agent.js';
 import { connectionTargetProblem } from './targets.js';
@@ -58,6 +58,7 @@ type Leased = StoredChange & {
   secret: string;
   previous_secret: string | null;
   previous_secret_until: Date | null;
+  retired_secrets: RetiredSecret[];
   attempts: number;
   lease: string;
 };
@@ -258,6 +259,7 @@ export class WebhookDispatcher {
          RETURNING d.*
        )
        SELECT l.webhook_id, l.stream_name, l.attempts, l.lease::text, w.url, w.secret, w.previous_secret, w.previous_secret_until,
+         w.retired_secrets,
          c.commit_position::text, c.prepare_position::text, c.type, c.record_id, c.organization_id, c.workspace_id,
          c.version::text, c.occurred_at, c.actor, c.data
        FROM leased l JOIN webhooks w ON w.id = l.webhook_id

@@ -4,7 +4,14 @@ import { inTransaction, isoMicros, named, type Pool } from '../../infra/postgres
 import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from '../../read/pages.js';
 import { newWebhookSecret } from '../signature.js';
 import { promoteWaiting } from './queue.js';
-import { rotationOverlapMs, type Delivery, type DeliveryStatus, type Webhook, type WebhookWithSecret } from '../webhook.js';
+import {
+  retiredSecretsKept,
+  rotationOverlapMs,
+  type Delivery,
+  type DeliveryStatus,
+  type Webhook,
+  type WebhookWithSecret,
+} from '../webhook.js';
 
 /** The webhooks' rows (src/infra/migrations/0009-webhooks.ts): what the eight operations read and write. */
 
@@ -113,15 +120,36 @@ export class WebhookStore {
     });
   }
 
-  /** A new secret; the old one keeps signing, beside it, for 24 h. */
+  /**
+   * A new secret; the one it replaces keeps signing, beside it, for 24 h, and so do those replaced
+   * before it whose 24 h are not over: the most recently replaced, at most `retiredSecretsKept`
+   * (src/webhooks/webhook.ts). `previous_secret` is written as an earlier version wrote it, and
+   * read, for an instance of that version still running during an upgrade.
+   */
   async rotate(id: string, organizations: readonly string[]): Promise<WebhookWithSecret | undefined> {
     const secret = newWebhookSecret();
     const { rows } = await this.pool.query<Row>(
-      `UPDATE webhooks SET previous_secret = secret, previous_secret_until = now() + make_interval(secs => $4::float8 / 1000),
+      `UPDATE webhooks SET
+         retired_secrets = (
+           SELECT COALESCE(jsonb_agg(jsonb_build_object('secret', kept.secret, 'until', kept.until) ORDER BY kept.until DESC), '[]')
+           FROM (
+             SELECT * FROM (
+               SELECT DISTINCT ON (r.secret) r.secret, r.until FROM (
+                 SELECT webhooks.secret, now() + make_interval(secs => $4::float8 / 1000) AS until
+                 UNION ALL SELECT webhooks.previous_secret, webhooks.previous_secret_until
+                 UNION ALL SELECT s->>'secret', (s->>'until')::timestamptz FROM jsonb_array_elements(webhooks.retired_secrets) s
+               ) r
+               WHERE r.secret IS NOT NULL AND r.secret <> $3 AND r.until > now()
+               ORDER BY r.secret, r.until DESC
+             ) distinct_secrets
+             ORDER BY until DESC LIMIT $5
+           ) kept
+         ),
+         previous_secret = secret, previous_secret_until = now() + make_interval(secs => $4::float8 / 1000),
          secret = $3, updated_at = now()
        WHERE id = $1 AND organization_id = ANY($2)
        RETURNING ${webhookColumns}`,
-      [id, organizations, secret, rotationOverlapMs],
+      [id, organizations, secret, rotationOverlapMs, retiredSecretsKept],
     );
     return rows[0] && { ...present(rows[0]), secret };
   }

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../../src/infra/migrate.js';
-import type { Webhook } from '../../../src/webhooks/webhook.js';
+import { retiredSecretsKept, rotationOverlapMs, signingSecrets, type Webhook } from '../../../src/webhooks/webhook.js';
 import { WebhookStore } from '../../../src/webhooks/adapters/store.js';
 import { createTestDatabase } from '../../support/database.js';
 
@@ -30,6 +30,15 @@ describe('webhook list', () => {
     await pool.query('ANALYZE webhooks');
   });
   afterAll(() => pool?.end());
+
+  /** A store on the test's pool, and a webhook of org_a it created with this id. */
+  const oneWebhook = async (id: string) => {
+    const store = new WebhookStore(pool, () => id);
+    return {
+      store,
+      hook: await store.create({ organization_id: 'org_a', url: 'https://example.com/', types: ['WorkspaceCreated'], description: '' }),
+    };
+  };
 
   /** The store on the test's pool, the statements it sends kept for their plans. */
   const recordingStore = () => {
@@ -68,14 +77,38 @@ describe('webhook list', () => {
     expect(plan).toContain('"Node Type":"Merge Append"');
   });
 
+  it('keeps every secret replaced within 24 h signing, each until 24 h after its rotation, the most recent ones up to the bound', async () => {
+    const { store, hook } = await oneWebhook('wh_rotated');
+    const row = async () =>
+      (await pool.query('SELECT secret, previous_secret, previous_secret_until, retired_secrets FROM webhooks WHERE id = $1', [hook.id]))
+        .rows[0];
+    const secrets = [hook.secret];
+    const rotatedAt = [];
+    for (let i = 0; i < 2; i++) {
+      rotatedAt.push(Date.now());
+      secrets.push((await store.rotate(hook.id, ['org_a']))!.secret);
+    }
+    const now = new Date();
+    expect(signingSecrets(await row(), now)).toEqual([secrets[2], secrets[1], secrets[0]]);
+    // The first secret signs until 24 h after the first rotation, not the second.
+    const untilOf = (stored: { retired_secrets: Array<{ secret: string; until: string }> }, secret: string) =>
+      Date.parse(stored.retired_secrets.find((retired) => retired.secret === secret)!.until);
+    const stored = await row();
+    expect(untilOf(stored, secrets[0]!) - rotationOverlapMs).toBeGreaterThanOrEqual(rotatedAt[0]! - 1000);
+    expect(untilOf(stored, secrets[0]!) - rotationOverlapMs).toBeLessThanOrEqual(rotatedAt[1]! + 1000);
+    expect(signingSecrets(stored, new Date(untilOf(stored, secrets[0]!) - 1))).toContain(secrets[0]);
+    expect(signingSecrets(stored, new Date(untilOf(stored, secrets[0]!) + 1))).not.toContain(secrets[0]);
+
+    // Rotated more often than the bound within 24 h: the most recently replaced sign.
+    for (let i = 0; i < retiredSecretsKept + 3; i++) secrets.push((await store.rotate(hook.id, ['org_a']))!.secret);
+    const signing = signingSecrets(await row(), new Date());
+    expect(signing).toEqual(secrets.slice(-(retiredSecretsKept + 1)).reverse());
+    expect((await row()).retired_secrets).toHaveLength(retiredSecretsKept);
+    await store.remove(hook.id, ['org_a']);
+  });
+
   it("deletes a webhook without deadlocking with an attempt's outcome, which locks the delivery first and then the webhook", async () => {
-    const store = new WebhookStore(pool, () => 'wh_deleted');
-    const hook = await store.create({
-      organization_id: 'org_a',
-      url: 'https://example.com/',
-      types: ['WorkspaceCreated'],
-      description: '',
-    });
+    const { store, hook } = await oneWebhook('wh_deleted');
     await pool.query(
       `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status)
        VALUES ($1, 1, 1, 'org_a', 'workspace-ws_1', 'WorkspaceCreated', 'pending')`,

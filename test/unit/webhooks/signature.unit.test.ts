@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { newWebhookSecret, signedHeaders, verifySignature } from '../../../src/webhooks/signature.js';
 import { parseSchedule } from '../../../src/config.js';
 import { outcomeOf, retryDelay } from '../../../src/webhooks/schedule.js';
+import { retiredSecretsKept, signingSecrets } from '../../../src/webhooks/webhook.js';
 
 describe('webhook signatures, against the standardwebhooks package', () => {
   const body = JSON.stringify({ type: 'WorkspaceCreated', timestamp: '2026-11-25T10:00:00.000000Z', data: { id: 'x' } });
@@ -38,6 +39,39 @@ describe('webhook signatures, against the standardwebhooks package', () => {
     expect(verifySignature(secret, headers, `${body} `, now)).toBe(false);
     expect(verifySignature(newWebhookSecret(), headers, body, now)).toBe(false);
     expect(verifySignature(secret, headers, body, now + 301)).toBe(false);
+  });
+});
+
+describe('the secrets an attempt is signed with', () => {
+  const hour = 3_600_000;
+  const rotatedAt = Date.parse('2026-11-25T10:00:00.000Z');
+  const at = (ms: number) => new Date(rotatedAt + ms);
+  const iso = (ms: number) => at(ms).toISOString();
+
+  it('keeps every secret replaced within the last 24 h, each until 24 h after it was replaced, the newest first', () => {
+    // S0 replaced at rotatedAt, S1 a minute later by S2.
+    const row = {
+      secret: 'S2',
+      previous_secret: 'S1',
+      previous_secret_until: at(24 * hour + 60_000),
+      retired_secrets: [
+        { secret: 'S1', until: iso(24 * hour + 60_000) },
+        { secret: 'S0', until: iso(24 * hour) },
+      ],
+    };
+    expect(signingSecrets(row, at(60_000))).toEqual(['S2', 'S1', 'S0']);
+    expect(signingSecrets(row, at(24 * hour - 1))).toEqual(['S2', 'S1', 'S0']);
+    expect(signingSecrets(row, at(24 * hour + 1))).toEqual(['S2', 'S1']);
+    expect(signingSecrets(row, at(24 * hour + 60_001))).toEqual(['S2']);
+  });
+
+  it('reads the secret an earlier version left in previous_secret, and signs with at most the bound of replaced ones', () => {
+    const earlier = { secret: 'S1', previous_secret: 'S0', previous_secret_until: at(24 * hour), retired_secrets: [] };
+    expect(signingSecrets(earlier, at(0))).toEqual(['S1', 'S0']);
+    expect(signingSecrets(earlier, at(24 * hour))).toEqual(['S1']);
+    const many = Array.from({ length: 15 }, (_, i) => ({ secret: `R${i}`, until: iso(24 * hour - i) }));
+    const signing = signingSecrets({ secret: 'S', previous_secret: null, previous_secret_until: null, retired_secrets: many }, at(0));
+    expect(signing).toEqual(['S', ...many.slice(0, retiredSecretsKept).map(({ secret }) => secret)]);
   });
 });
 
