@@ -246,6 +246,27 @@ describe('webhooks', () => {
     await ok(service, token, 'delete_webhook', { id: gone.id });
   });
 
+  it('shows no next_attempt_at for a pending delivery as soon as its webhook is disabled, even with an attempt out', async () => {
+    const created = await createHook('/paused', { types: ['WorkspaceCreated'] });
+    // Each attempt gets no answer within the timeout: the delivery stays pending for seconds.
+    receiver.script = ({ path }) => (path === '/paused' ? 'hang' : 200);
+    await ok(service, token, 'create_workspace', { organization_id: org, name: 'Paused' });
+    const deliveries = () => ok(service, token, 'list_webhook_deliveries', { id: created.id, page: 1, size: 10 });
+    const attempted = await eventually(deliveries, (page) => page.items[0]?.attempts === 1);
+    expect(attempted.items[0]).toMatchObject({ status: 'pending' });
+    expect(attempted.items[0]!.next_attempt_at).not.toBeNull();
+    await ok(service, token, 'update_webhook', { id: created.id, enabled: false });
+    expect((await deliveries()).items[0]).toMatchObject({ status: 'pending', next_attempt_at: null });
+    // The attempt out ends in a failure with a retry planned meanwhile: still none shown while disabled.
+    await sleep(1500);
+    expect((await deliveries()).items[0]).toMatchObject({ status: 'pending', attempts: 1, next_attempt_at: null });
+    receiver.script = () => 200;
+    await ok(service, token, 'update_webhook', { id: created.id, enabled: true });
+    await eventually(deliveries, (page) => page.items[0]?.status === 'succeeded');
+    expect((await deliveries()).items[0]).toMatchObject({ status: 'succeeded', attempts: 2 });
+    await ok(service, token, 'delete_webhook', { id: created.id });
+  });
+
   it.each([
     ['a rotation', 1],
     // The second must not drop the first: every secret replaced within 24 h keeps signing.

@@ -162,9 +162,11 @@ export class WebhookStore {
   ): Promise<Page<Delivery> | undefined> {
     if (!(await this.get(id, organizations))) return undefined;
     const [{ rows }, { rows: counted }] = await Promise.all([
+      // Read with its webhook, in the same snapshot: disabled, it plans no attempt, whatever its
+      // deliveries' rows still hold until the dispatcher's sweep parks them (an attempt out, too).
       this.pool.query<DeliveryRow>(
-        `SELECT ${deliveryColumns} FROM webhook_deliveries
-         WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2)
+        `SELECT ${deliveryColumns('w.enabled')} FROM webhook_deliveries JOIN webhooks w ON w.id = webhook_deliveries.webhook_id
+         WHERE webhook_deliveries.webhook_id = $1 AND ($2::text IS NULL OR status = $2)
          -- Qualified: the bare names would sort by the selected text columns, where '1011' < '301'.
          ORDER BY webhook_deliveries.commit_position, webhook_deliveries.prepare_position OFFSET $3 LIMIT $4`,
         [id, status ?? null, offsetOf(request), request.size],
@@ -203,7 +205,8 @@ export class WebhookStore {
        ON CONFLICT (webhook_id, commit_position, prepare_position) DO UPDATE
        SET status = 'pending', attempts = 0, next_attempt_at = EXCLUDED.next_attempt_at, last_error = NULL, lease = NULL,
          leased_until = NULL
-       RETURNING ${deliveryColumns}, stream_name`,
+       -- A disabled webhook's delivery was given no next_attempt_at above.
+       RETURNING ${deliveryColumns('true')}, stream_name`,
       [id, organizations, position.commit.toString(), position.prepare.toString()],
     );
     const row = rows[0];
@@ -217,9 +220,13 @@ export class WebhookStore {
 /** A delivery's row: the change's position in place of its id. */
 export type DeliveryRow = Omit<Delivery, 'change_id'> & { commit_position: string; prepare_position: string };
 
-const deliveryColumns = `commit_position::text, prepare_position::text, type, status, attempts,
+/**
+ * A delivery's columns. `next_attempt_at` only for a pending one whose webhook is enabled
+ * (`enabled`, an SQL condition): a disabled webhook's deliveries wait without one (docs/api.md §15).
+ */
+const deliveryColumns = (enabled: string) => `commit_position::text, prepare_position::text, type, status, attempts,
   ${isoMicros('last_attempt_at')} AS last_attempt_at, last_status_code, last_error,
-  CASE WHEN status = 'pending' THEN ${isoMicros('next_attempt_at')} END AS next_attempt_at`;
+  CASE WHEN status = 'pending' AND ${enabled} THEN ${isoMicros('next_attempt_at')} END AS next_attempt_at`;
 
 const deliveryOf = (row: DeliveryRow): Delivery => ({
   change_id: encodeCursor({ commit: BigInt(row.commit_position), prepare: BigInt(row.prepare_position) }),
