@@ -150,7 +150,10 @@ export const paramsSchemas = {
     url: webhookUrl.optional(),
     types: webhookTypes.optional(),
     description: description.optional(),
-    enabled: z.boolean().optional().meta({ description: 'false pauses deliveries; true resumes them (also after a disabling).' }),
+    enabled: z.boolean().optional().meta({
+      description:
+        'false pauses deliveries; true resumes them (also after a disabling), its failing time counted again; on an enabled webhook, true changes nothing.',
+    }),
   }),
   delete_webhook: z.strictObject({ id: webhookId }),
   rotate_webhook_secret: z.strictObject({ id: webhookId }),

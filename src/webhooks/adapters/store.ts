@@ -79,13 +79,18 @@ export class WebhookStore {
     return { ...page, items: page.items.map(present) };
   }
 
-  /** Enabling again clears why it was disabled and its failing time, so it gets its days again. */
+  /**
+   * Enabling a disabled webhook clears why it was disabled and its failing time, so it gets its
+   * days again. `enabled: true` on one already enabled changes neither: a client that always sends
+   * it would otherwise keep a failing webhook from ever being disabled. (SET reads the row as it
+   * was before the update.)
+   */
   async update(id: string, organizations: readonly string[], changes: WebhookChanges): Promise<Webhook | undefined> {
     const { rows } = await this.pool.query<Row>(
       `UPDATE webhooks SET url = COALESCE($3, url), types = COALESCE($4, types), description = COALESCE($5, description),
          enabled = COALESCE($6, enabled),
-         disabled_reason = CASE WHEN $6 THEN NULL ELSE disabled_reason END,
-         failing_since = CASE WHEN $6 THEN NULL ELSE failing_since END,
+         disabled_reason = CASE WHEN $6 AND NOT enabled THEN NULL ELSE disabled_reason END,
+         failing_since = CASE WHEN $6 AND NOT enabled THEN NULL ELSE failing_since END,
          updated_at = now()
        WHERE id = $1 AND organization_id = ANY($2)
        RETURNING ${webhookColumns}`,

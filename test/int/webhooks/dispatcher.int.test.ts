@@ -380,23 +380,51 @@ describe('webhook delivery', () => {
     await store().remove(hook.id, ['org_plain']);
   });
 
-  it('disables a webhook failing without a success for the configured time', async () => {
+  it.each([
+    ['', false],
+    // As some clients send it with every update: only enabling a disabled webhook resets its clock.
+    [', its clock kept while a client sends enabled: true', true],
+  ])('disables a webhook failing without a success for the configured time%s', async (_, insisting) => {
     answer = 500;
-    const hook = await store().create({ organization_id: 'org_three', url, types: ['WorkspaceCreated'], description: '' });
+    const organization = insisting ? 'org_insisting' : 'org_three';
+    const hook = await store().create({ organization_id: organization, url, types: ['WorkspaceCreated'], description: '' });
     const dispatcher = new WebhookDispatcher(
       pool,
       idle,
-      settings({ disableAfterMs: 300, retrySchedule: [100, 100, 100, 100, 100, 100] }),
+      settings({ disableAfterMs: 1000, retrySchedule: Array(60).fill(50) }),
       logger,
       {},
       20,
     );
-    dispatcher.start();
-    await project('org_three', 1);
-    await until(async () => !(await store().get(hook.id, ['org_three']))!.enabled);
-    await dispatcher.stop();
-    expect(await store().get(hook.id, ['org_three'])).toMatchObject({ enabled: false, disabled_reason: 'failing' });
-    answer = 200;
+    let stopped: Promise<void> | undefined;
+    const stop = () => (stopped ??= dispatcher.stop());
+    try {
+      dispatcher.start();
+      await project(organization, 1);
+      const failingSince = async () =>
+        (await pool.query<{ at: Date | null }>('SELECT failing_since AS at FROM webhooks WHERE id = $1', [hook.id])).rows[0]!.at;
+      await until(async () => (await failingSince()) !== null);
+      const since = await failingSince();
+      // Updates for 300 ms, well before the webhook's time is over: none can race with its disabling.
+      const updatesUntil = Date.now() + 300;
+      while (insisting && Date.now() < updatesUntil) {
+        await store().update(hook.id, [organization], { description: 'insisting', enabled: true });
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      expect(await failingSince()).toEqual(since);
+      await until(async () => !(await store().get(hook.id, [organization]))!.enabled);
+      // Stopped first, so that no failure recorded meanwhile starts its clock again.
+      await stop();
+      expect(await store().get(hook.id, [organization])).toMatchObject({ enabled: false, disabled_reason: 'failing' });
+      expect(await failingSince()).toEqual(since);
+      // Enabled again after the disabling, it gets its time again.
+      expect(await store().update(hook.id, [organization], { enabled: true })).toMatchObject({ enabled: true, disabled_reason: null });
+      expect(await failingSince()).toBeNull();
+    } finally {
+      await stop();
+      await store().remove(hook.id, [organization]);
+      answer = 200;
+    }
   });
 
   it("records a success without touching the webhook's row, so it never waits for it (nor deadlocks with a deletion)", async () => {
