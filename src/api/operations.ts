@@ -392,10 +392,14 @@ export const operations: { [O in OperationName]: Operation<O> } = {
   redeliver_webhook_change: {
     kind: 'command',
     scope: 'webhooks:manage',
-    summary: "Delivers a change of the webhook's organization again, now, with a fresh retry schedule.",
+    summary:
+      'Delivers a change the webhook was due (of its organization and types, committed after its creation) again, now, with a fresh retry schedule.',
     namesRecord: true,
-    run: async ({ id, change_id }, { caller, webhooks }) =>
-      found(await webhooks.redeliver(id, [...caller.organizations], change_id), 'change'),
+    run: async ({ id, change_id }, { caller, webhooks }) => {
+      const redelivery = await webhooks.redeliver(id, [...caller.organizations], change_id);
+      if ('missing' in redelivery) throw notFound(redelivery.missing);
+      return redelivery.delivery;
+    },
   },
 };
 

@@ -65,7 +65,10 @@ describe('the API document and the docs page', () => {
     // Only solution deletions are delivered to it: the tests' own address, refused at connection (not public).
     const hook = { organization_id: org, url: 'https://127.0.0.2.nip.io/hook', types: ['SolutionDeleted' as const] };
     const webhook = await ok(service, token, 'create_webhook', hook);
-    const change = (await ok(service, token, 'list_changes', { limit: 1 })).items[0]!;
+    // A change it was due, to redeliver: one of its types, committed after its creation.
+    const deleted = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Deleted' });
+    await ok(service, token, 'delete_solution', { id: deleted.id });
+    const change = (await ok(service, token, 'list_changes', { organization_id: org, types: ['SolutionDeleted'] })).items[0]!;
     const valid: Record<string, Record<string, unknown>> = {
       get_workspace: { id: workspace.id },
       get_workspace_history: { id: workspace.id, page: 1, size: 10 },

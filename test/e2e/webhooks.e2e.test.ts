@@ -211,6 +211,45 @@ describe('webhooks', () => {
     await ok(service, token, 'delete_webhook', { id: created.id });
   });
 
+  it('redelivers only a change the webhook was due: its organization, one of its types, committed after its creation', async () => {
+    const send = (as: string, params: unknown) =>
+      rawPost(service, JSON.stringify({ query: 'redeliver_webhook_change', params }), jsonHeaders(as));
+    const changesOf = async (workspaceId: string) =>
+      (await ok(service, token, 'list_changes', { organization_id: org, workspace_id: workspaceId })).items;
+    const before = await ok(service, token, 'create_workspace', { organization_id: org, name: 'Before' });
+    const created = await createHook('/due', { types: ['WorkspaceCreated'] });
+    const after = await ok(service, token, 'create_workspace', { organization_id: org, name: 'After' });
+    await ok(service, token, 'update_workspace', { id: after.id, name: 'After 2' });
+    const [beforeCreated] = await changesOf(before.id);
+    const [afterCreated, afterUpdated] = await changesOf(after.id);
+    await eventually(
+      () => receiver.deliveries('/due'),
+      (list) => list.length >= 1,
+    );
+    const refused = async (as: string, params: unknown, message: string) => {
+      const response = await send(as, params);
+      expectError(response, 404, 'not_found');
+      expect(response.body.error.message).toBe(message);
+    };
+    // Committed before the webhook was created; of a type it does not take.
+    await refused(token, { id: created.id, change_id: beforeCreated!.id }, 'change not found');
+    await refused(token, { id: created.id, change_id: afterUpdated!.id }, 'change not found');
+    // A webhook unknown, or another organization's: the webhook is what is not found.
+    await refused(token, { id: 'wh_unknown', change_id: afterCreated!.id }, 'webhook not found');
+    await refused(await service.token(['org_hooks_other']), { id: created.id, change_id: afterCreated!.id }, 'webhook not found');
+    expect(await ok(service, token, 'redeliver_webhook_change', { id: created.id, change_id: afterCreated!.id })).toMatchObject({
+      change_id: afterCreated!.id,
+      status: 'pending',
+      attempts: 0,
+    });
+    await eventually(
+      () => receiver.deliveries('/due'),
+      (list) => list.length >= 2,
+    );
+    expect(receiver.deliveries('/due').map((delivery) => delivery.id)).toEqual([afterCreated!.id, afterCreated!.id]);
+    await ok(service, token, 'delete_webhook', { id: created.id });
+  });
+
   it('never follows a redirect, and a 410 disables the webhook at once', async () => {
     const redirected = await createHook('/moved', { types: ['WorkspaceCreated'] });
     receiver.script = ({ path }) => (path === '/moved' ? 'redirect' : path === '/gone' ? 410 : 200);

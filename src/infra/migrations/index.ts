@@ -15,6 +15,7 @@ import { appendsMarked } from './0014-appends-marked.js';
 import { webhookHeads } from './0015-webhook-heads.js';
 import { disabledWebhooksParked } from './0016-disabled-webhooks-parked.js';
 import { retiredWebhookSecrets } from './0017-retired-webhook-secrets.js';
+import { webhookStart } from './0018-webhook-start.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -38,4 +39,5 @@ export const migrations: readonly Migration[] = [
   webhookHeads,
   disabledWebhooksParked,
   retiredWebhookSecrets,
+  webhookStart,
 ];

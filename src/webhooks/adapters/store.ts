@@ -40,8 +40,9 @@ export class WebhookStore {
     const secret = newWebhookSecret();
     const { rows } = await this.pool.query<Row>(
       `INSERT INTO webhooks (id, organization_id, url, types, description, enabled, secret, enqueued_commit, enqueued_prepare,
-         created_at, updated_at)
-       SELECT $1, $2, $3, $4, $5, true, $6, COALESCE(c.commit_position, 0), COALESCE(c.prepare_position, 0), now(), now()
+         start_commit, start_prepare, created_at, updated_at)
+       SELECT $1, $2, $3, $4, $5, true, $6, COALESCE(c.commit_position, 0), COALESCE(c.prepare_position, 0),
+         COALESCE(c.commit_position, 0), COALESCE(c.prepare_position, 0), now(), now()
        FROM (SELECT 1) one LEFT JOIN projection_checkpoints c ON c.name = 'read_model'
        RETURNING ${webhookColumns}`,
       [this.newId(), fields.organization_id, fields.url, fields.types, fields.description, secret],
@@ -185,15 +186,16 @@ export class WebhookStore {
   }
 
   /**
-   * Delivers a change of the webhook's organization again, now, with a fresh schedule (the
-   * change need not have been delivered before); after an earlier change of its record still
-   * pending, if any, as a first delivery would be, and once the webhook is enabled again if it is
-   * disabled (parked, as the dispatcher parks its other deliveries). Undefined when the webhook or
-   * the change is not there.
+   * Delivers a change the webhook was due again, now, with a fresh schedule (the change need not
+   * have been delivered before); after an earlier change of its record still pending, if any, as a
+   * first delivery would be, and once the webhook is enabled again if it is disabled (parked, as
+   * the dispatcher parks its other deliveries). Due (contract §15): a change of its organization,
+   * of one of its types, after its start (src/infra/migrations/0018-webhook-start.ts), or one given
+   * a delivery for it already (its types may have changed since). What was not found otherwise:
+   * the webhook (unknown, or not of these organizations), or such a change.
    */
-  async redeliver(id: string, organizations: readonly string[], changeId: string): Promise<Delivery | undefined> {
+  async redeliver(id: string, organizations: readonly string[], changeId: string): Promise<Redelivery> {
     const position = decodeCursor(changeId);
-    if (!position) return undefined;
     const { rows } = await this.pool.query<DeliveryRow & { stream_name: string }>(
       `WITH change AS (
          SELECT w.id AS webhook_id, c.commit_position, c.prepare_position, c.organization_id, c.stream_name, c.type,
@@ -203,6 +205,14 @@ export class WebhookStore {
            ) THEN NULL ELSE now() END AS next_attempt_at
          FROM webhooks w JOIN changes c ON c.organization_id = w.organization_id AND c.commit_position = $3 AND c.prepare_position = $4
          WHERE w.id = $1 AND w.organization_id = ANY($2)
+           AND (
+             (c.type = ANY(w.types) AND CASE WHEN w.start_commit IS NULL THEN c.occurred_at::timestamptz >= w.created_at
+               ELSE (c.commit_position, c.prepare_position) > (w.start_commit, w.start_prepare) END)
+             OR EXISTS (
+               SELECT FROM webhook_deliveries given WHERE given.webhook_id = w.id
+                 AND (given.commit_position, given.prepare_position) = (c.commit_position, c.prepare_position)
+             )
+           )
        )
        INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
          next_attempt_at)
@@ -212,15 +222,18 @@ export class WebhookStore {
          leased_until = NULL
        -- A disabled webhook's delivery was given no next_attempt_at above.
        RETURNING ${deliveryColumns('true')}, stream_name`,
-      [id, organizations, position.commit.toString(), position.prepare.toString()],
+      [id, organizations, position?.commit.toString() ?? null, position?.prepare.toString() ?? null],
     );
     const row = rows[0];
-    if (!row) return undefined;
+    if (!row) return { missing: (await this.get(id, organizations)) ? 'change' : 'webhook' };
     // Waiting behind an earlier one that ended meanwhile, it would otherwise wait for the dispatcher's sweep.
     if (row.next_attempt_at === null) await promoteWaiting(this.pool, [{ webhook_id: id, stream_name: row.stream_name }]);
-    return deliveryOf(row);
+    return { delivery: deliveryOf(row) };
   }
 }
+
+/** A redelivery asked for, or what was not found. */
+export type Redelivery = { delivery: Delivery } | { missing: 'webhook' | 'change' };
 
 /** A delivery's row: the change's position in place of its id. */
 export type DeliveryRow = Omit<Delivery, 'change_id'> & { commit_position: string; prepare_position: string };

@@ -268,7 +268,7 @@ describe('webhook delivery', () => {
       ['org_disabled'],
       encodeCursor({ commit: BigInt(changes[0]!.commit_position), prepare: 0n }),
     );
-    expect(redelivered).toMatchObject({ status: 'pending', attempts: 0, next_attempt_at: null });
+    expect(redelivered).toMatchObject({ delivery: { status: 'pending', attempts: 0, next_attempt_at: null } });
     expect(await scheduled()).toBe(0);
 
     await store().update(hook.id, ['org_disabled'], { enabled: true });
@@ -292,12 +292,16 @@ describe('webhook delivery', () => {
     );
     const changeOf = (version: number) => encodeCursor({ commit: BigInt(rows[version - 1]!.commit_position), prepare: 0n });
     // Asked again, the update still waits for its record's creation.
-    expect(await store().redeliver(hook.id, ['org_redelivered'], changeOf(2))).toMatchObject({ status: 'pending', next_attempt_at: null });
+    expect(await store().redeliver(hook.id, ['org_redelivered'], changeOf(2))).toMatchObject({
+      delivery: { status: 'pending', next_attempt_at: null },
+    });
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(received).toHaveLength(1);
     // The creation asked again goes now; once it went through, the update follows.
     answer = 200;
-    expect(await store().redeliver(hook.id, ['org_redelivered'], changeOf(1))).toMatchObject({ status: 'pending', attempts: 0 });
+    expect(await store().redeliver(hook.id, ['org_redelivered'], changeOf(1))).toMatchObject({
+      delivery: { status: 'pending', attempts: 0 },
+    });
     await until(() => received.length === 3);
     await dispatcher.stop();
     expect(received.map((r) => [parsed(r).type, parsed(r).data.version])).toEqual([
@@ -306,6 +310,34 @@ describe('webhook delivery', () => {
       ['WorkspaceUpdated', 2],
     ]);
     await store().remove(hook.id, ['org_redelivered']);
+  });
+
+  it('redelivers, for a webhook created before its start was kept, a change that occurred after its creation or one it was given', async () => {
+    const hook = await recordsHook('org_legacy');
+    await projectRecord('org_legacy', 'ws_legacy', 1, 1);
+    const { rows } = await pool.query<{ commit_position: string }>(
+      `SELECT commit_position::text FROM changes WHERE stream_name = 'workspace-ws_legacy'`,
+    );
+    const change = encodeCursor({ commit: BigInt(rows[0]!.commit_position), prepare: 0n });
+    // As migration 18 leaves a webhook created before it: no start; the change occurred just before its creation.
+    const createdAt = (at: string) =>
+      pool.query('UPDATE webhooks SET start_commit = NULL, start_prepare = NULL, created_at = $2 WHERE id = $1', [hook.id, at]);
+    await createdAt('2026-11-25T10:00:00.000001Z');
+    expect(await store().redeliver(hook.id, ['org_legacy'], change)).toEqual({ missing: 'change' });
+    // Given to it once (it was due then): it may have it again.
+    await pool.query(
+      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status)
+       SELECT $1, commit_position, prepare_position, organization_id, stream_name, type, 'succeeded' FROM changes
+       WHERE stream_name = 'workspace-ws_legacy'`,
+      [hook.id],
+    );
+    expect(await store().redeliver(hook.id, ['org_legacy'], change)).toMatchObject({ delivery: { status: 'pending', attempts: 0 } });
+    await pool.query('DELETE FROM webhook_deliveries WHERE webhook_id = $1', [hook.id]);
+    // Created just before the change occurred.
+    await createdAt('2026-11-25T09:59:59.999999Z');
+    expect(await store().redeliver(hook.id, ['org_legacy'], change)).toMatchObject({ delivery: { status: 'pending', attempts: 0 } });
+    expect(await store().redeliver(hook.id, ['org_other_legacy'], change)).toEqual({ missing: 'webhook' });
+    await store().remove(hook.id, ['org_legacy']);
   });
 
   it('makes due, by its sweep, a delivery left waiting behind one that ended without promoting it (a process died between)', async () => {
