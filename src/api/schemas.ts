@@ -71,7 +71,15 @@ const changeType = z.enum(changeTypes);
 const webhookUrl = withoutControlCharacters(wellFormed(z.string().min(1).max(2048))).meta({
   description: 'Where changes are POSTed: https://, a public address (checked again at every connection).',
 });
-const webhookTypes = z.array(changeType).min(1).meta({ description: 'The event types delivered; default all six.' });
+/** A non-empty list of event types, each at most once (a repeat would be stored, or filter, twice). */
+const changeTypeList = z
+  .array(changeType)
+  .min(1)
+  .superRefine((types, context) => {
+    const repeated = types.find((type, index) => types.indexOf(type) !== index);
+    if (repeated !== undefined) context.addIssue({ code: 'custom', message: `must list each type once ("${repeated}" is repeated)` });
+  });
+const webhookTypes = changeTypeList.meta({ uniqueItems: true, description: 'The event types delivered, each once; default all six.' });
 const deliveryStatus = z.enum(['pending', 'succeeded', 'failed']);
 
 /** Parameters per operation; strict, so an unknown parameter is a validation error. */
@@ -128,7 +136,7 @@ export const paramsSchemas = {
     limit: z.number().int().min(1).max(1000).default(100).meta({ description: 'Changes per page, 1 to 1000 (default 100).' }),
     organization_id: organizationId.optional(),
     workspace_id: workspaceId.optional().meta({ description: 'Only this workspace and its solutions.' }),
-    types: z.array(changeType).min(1).optional().meta({ description: 'Only these event types.' }),
+    types: changeTypeList.optional().meta({ uniqueItems: true, description: 'Only these event types, each once.' }),
     wait_ms: z
       .number()
       .int()

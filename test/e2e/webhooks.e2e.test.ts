@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricPrefix } from '../../src/observability/metrics.js';
 import { scrape, total } from '../support/metrics.js';
 import { startTestService, type TestService } from '../support/service.js';
-import { expectError, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
+import { expectError, expectValidation, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
 
 /** What the receiver got: each request's headers and body, verified with the standardwebhooks package. */
 type Received = { id: string; signature: string; body: any; verified: boolean; path: string };
@@ -345,7 +345,24 @@ describe('webhooks', () => {
       expectError(await send(token, 'create_webhook', { organization_id: org, url }), 400, 'validation_error');
       expectError(await send(token, 'update_webhook', { id: created.id, url }), 400, 'validation_error');
     }
-    expect((await ok(service, token, 'get_webhook', { id: created.id })).url).toBe(`${receiver.url}/private`);
+    // A type listed twice, a URL naming port 0: refused, with the service's words, nothing stored.
+    const refusedAt = async (query: string, params: unknown, path: string, message: string) => {
+      const response = await send(token, query, params);
+      expectValidation(response, path);
+      expect(response.body.error.details).toContainEqual({ path, message });
+    };
+    const repeated = ['WorkspaceCreated', 'WorkspaceUpdated', 'WorkspaceCreated'];
+    const listedTwice = 'must list each type once ("WorkspaceCreated" is repeated)';
+    await refusedAt('create_webhook', { organization_id: org, url: receiver.url, types: repeated }, 'params.types', listedTwice);
+    await refusedAt('update_webhook', { id: created.id, types: repeated }, 'params.types', listedTwice);
+    for (const url of ['https://8.8.8.8:0/', `${receiver.url.replace(/:\d+$/, ':0')}/x`]) {
+      await refusedAt('create_webhook', { organization_id: org, url }, 'params.url', 'must not name port 0');
+      await refusedAt('update_webhook', { id: created.id, url }, 'params.url', 'must not name port 0');
+    }
+    expect(await ok(service, token, 'get_webhook', { id: created.id })).toMatchObject({
+      url: `${receiver.url}/private`,
+      types: created.types,
+    });
     await ok(service, token, 'delete_webhook', { id: created.id });
     expectError(await send(token, 'get_webhook', { id: created.id }), 404, 'not_found');
   });

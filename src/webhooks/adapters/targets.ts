@@ -31,6 +31,8 @@ export function targetProblem(url: string, allowPrivate: boolean): string | unde
   if (!URL.canParse(url)) return 'must be an absolute URL';
   const parsed = new URL(url);
   if (parsed.username || parsed.password) return 'must not carry credentials';
+  // The URL parser takes it (`:0`, `:00`), but no connection can be made to it.
+  if (parsed.port === '0') return 'must not name port 0';
   if (allowPrivate) return parsed.protocol === 'https:' || parsed.protocol === 'http:' ? undefined : 'must be an https:// or http:// URL';
   if (parsed.protocol !== 'https:') return 'must be an https:// URL';
   const host = literalAddress(parsed.hostname);

@@ -51,6 +51,12 @@ describe('webhook targets', () => {
     }
     // Development and tests: http and loopback allowed.
     expect(targetProblem('http://127.0.0.1:9464/', true)).toBeUndefined();
+    // Port 0 is no port to connect to, whatever the setting.
+    for (const allowPrivate of [false, true]) {
+      expect(targetProblem('https://8.8.8.8:0/', allowPrivate)).toBe('must not name port 0');
+      expect(targetProblem('https://hooks.example.com:00/in', allowPrivate)).toBe('must not name port 0');
+    }
+    expect(targetProblem('https://hooks.example.com:65535/in', false)).toBeUndefined();
   });
 
   it('checks the scheme and an address in the URL at each attempt too, since connecting to an address skips the DNS check', () => {
