@@ -264,7 +264,11 @@ export function openApiDocument(version: string) {
       { name: 'Solutions', description: 'Solutions, inside workspaces, and their history.' },
       { name: 'Integrity', description: 'Signed checkpoints and proofs of the tamper-evident history (any read scope).' },
       { name: 'Changes', description: 'The change feed: every change the caller may read, paged, long-polled or streamed.' },
-      { name: 'Webhooks', description: 'Webhooks that push the change feed to an endpoint (scope `webhooks:manage`).' },
+      {
+        name: 'Webhooks',
+        description:
+          "Webhooks that push the change feed to an endpoint (scope `webhooks:manage`). Its holder receives every change of the organization's chosen types, with the change's data, through the webhooks it creates: give it only to callers who may read those records.",
+      },
       { name: 'Operations', description: 'Liveness and readiness, without a token.' },
     ],
     paths: {
