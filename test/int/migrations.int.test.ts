@@ -4,6 +4,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/infra/migrate.js';
 import { migrations } from '../../src/infra/migrations/index.js';
 import { readModelSchema } from '../../src/projections/schema.js';
+import { signingSecrets } from '../../src/webhooks/webhook.js';
 import { createTestDatabase } from '../support/database.js';
 import { callApi, startTestService } from '../support/service.js';
 
@@ -80,6 +81,34 @@ describe('versioned migrations', () => {
     expect(migrated.columns.length).toBeGreaterThan(20);
     expect(migrated.options).toContainEqual({ relname: 'solutions', reloptions: ['fillfactor=80'] });
     expect(await tableShapes(pool, 'fresh', tables)).toEqual(migrated);
+  });
+
+  it('upgrades webhooks rotated before migration 17 and created before 18: the old secret still signs, the start is unknown', async () => {
+    const pool = poolOn(await createTestDatabase());
+    const upTo16 = migrations.filter((step) => step.version <= 16);
+    await migrate(pool, { eventStore: false }, upTo16);
+    // As the version before wrote them: one rotated an hour ago, one rotated two days ago.
+    for (const [id, rotated] of [
+      ['wh_recent', '1 hour'],
+      ['wh_old', '2 days'],
+    ]) {
+      await pool.query(
+        `INSERT INTO webhooks (id, organization_id, url, types, description, enabled, secret, previous_secret, previous_secret_until,
+           enqueued_commit, enqueued_prepare, created_at, updated_at)
+         VALUES ($1, 'org_up', 'https://example.com/', '{WorkspaceCreated}', '', true, 'whsec_new', 'whsec_old',
+           now() - $2::interval + interval '24 hours', 7, 7, now(), now())`,
+        [id, rotated],
+      );
+    }
+    expect(await migrate(pool, { eventStore: false })).toEqual(migrations.filter((step) => step.version > 16).map((step) => step.version));
+    const { rows } = await pool.query(
+      `SELECT id, secret, previous_secret, previous_secret_until, retired_secrets, start_commit FROM webhooks ORDER BY id`,
+    );
+    const now = new Date();
+    expect(rows.map((row) => [row.id, signingSecrets(row, now), row.retired_secrets.length, row.start_commit])).toEqual([
+      ['wh_old', ['whsec_new'], 0, null],
+      ['wh_recent', ['whsec_new', 'whsec_old'], 1, null],
+    ]);
   });
 
   it('upgrades a database created by the schema before migrations, keeping its data, and the service runs on it', async () => {
