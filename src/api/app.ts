@@ -249,7 +249,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       if (query === 'list_changes' && wantsEventStream(request)) {
         await changeStreams.serve(request, reply, {
           subject: principal.subject,
-          expiresAt: principal.expiresAt,
+          endsAt: principal.acceptedUntil,
           query: changeQueryOf(parsed.data as ParamsOf<'list_changes'>, caller, principal.scopes),
           listChanges: services.queries.listChanges,
         });

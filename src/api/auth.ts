@@ -11,8 +11,11 @@ export type Principal = {
   subject: string;
   organizations: ReadonlySet<string>;
   scopes: ReadonlySet<string>;
-  /** When the token expires (ms since the epoch): a change stream ends then. */
-  expiresAt: number;
+  /**
+   * Until when the service accepts the token (ms since the epoch): its `exp` plus the clock
+   * tolerance (contract §3). A change stream is served until then, like any other request.
+   */
+  acceptedUntil: number;
 };
 
 export type AuthSettings =
@@ -100,12 +103,12 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
       subject: claims.data.sub,
       organizations: new Set(claims.data.orgs),
       scopes: new Set((claims.data.scope ?? '').split(' ').filter(Boolean)),
-      // jose checked `exp` is present and a number.
-      expiresAt: (payload as { exp: number }).exp * 1000,
+      // jose checked `exp` is present and a number, and that it is no further than the tolerance in the past.
+      acceptedUntil: ((payload as { exp: number }).exp + clockToleranceSeconds) * 1000,
     };
     verified.delete(token);
     if (verified.size >= verifiedTokensKept) verified.delete(verified.keys().next().value!);
-    verified.set(token, { principal, until: Math.min(now + verifiedTokenTtlMs, principal.expiresAt + clockToleranceSeconds * 1000) });
+    verified.set(token, { principal, until: Math.min(now + verifiedTokenTtlMs, principal.acceptedUntil) });
     return principal;
   };
 }

@@ -8,7 +8,8 @@ import { ServiceError } from '../errors.js';
 /**
  * `list_changes` as Server-Sent Events (contract §14): one event per change (`id:` its cursor,
  * `event:` its type, `data:` the change as one JSON line), a comment when nothing came for
- * `heartbeatMs`, until the token expires, the client goes or the service stops. Everything that can
+ * `heartbeatMs`, until the token stops being accepted (its `exp` plus the verifier's clock
+ * tolerance, as for any request), the client goes or the service stops. Everything that can
  * refuse the request (the token, the parameters, `Last-Event-ID`, the per-caller limit) is checked
  * before the first byte, so a refusal is the usual JSON error body.
  */
@@ -23,7 +24,8 @@ export const wantsEventStream = (request: FastifyRequest): boolean =>
 
 export type ChangeStreamRequest = {
   subject: string;
-  expiresAt: number;
+  /** When the stream ends (ms since the epoch): when its token stops being accepted, `exp` plus the clock tolerance (contract §3). */
+  endsAt: number;
   query: ChangeQuery;
   listChanges: (query: ChangeQuery, waitMs: number, signal: AbortSignal) => Promise<ChangePage>;
 };
@@ -91,7 +93,7 @@ export class ChangeStreams {
       await this.write(raw, ': change stream\n\n');
       const { signal } = controller;
       while (!signal.aborted) {
-        const left = stream.expiresAt - Date.now();
+        const left = stream.endsAt - Date.now();
         if (left <= 0) break;
         const page = await stream.listChanges({ ...stream.query, after }, Math.min(this.heartbeatMs, left), signal);
         if (signal.aborted) break;

@@ -231,7 +231,7 @@ const changeStream = {
     type: 'string',
     description:
       'Server-Sent Events, one per change: `id:` the change id (a cursor), `event:` its type, `data:` the Change as one JSON line ' +
-      '(the schema `ListChangesResult` items). A comment line (`:`) at least every 15 s. The stream ends when the token expires ' +
+      '(the schema `ListChangesResult` items). A comment line (`:`) at least every 15 s. The stream ends when the token stops being accepted (`exp` plus the 30 s clock tolerance) ' +
       'or the instance stops; reconnect with `Last-Event-ID` to continue exactly after the last change received.',
   },
   example: 'id: AAAAAAAAuzEAAAAAAAAABA\nevent: WorkspaceCreated\ndata: {"id":"AAAAAAAAuzEAAAAAAAAABA","type":"WorkspaceCreated",...}\n\n',

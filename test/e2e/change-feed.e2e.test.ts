@@ -298,11 +298,26 @@ describe('change feed', () => {
     expectError(refused, 429, 'rate_limited');
     expect(refused.headers.get('retry-after')).toMatch(/^\d+$/);
     controller.abort();
+  });
 
-    const shortLived = await mintToken(testSecret, { subject: 'brief', organizations: [org], expiresIn: '2s' });
-    const response = await stream(shortLived, { organization_id: org });
+  it('serves a stream for as long as its token is accepted: past `exp`, within the 30 s clock tolerance, then ends it', async () => {
+    // Expired 25 s ago: accepted for about 5 s more (contract §3), as a page and as a stream alike.
+    const lateToken = await mintToken(testSecret, { subject: 'late', organizations: [org], expiresIn: '-25s' });
+    const start = (await ok(service, lateToken, 'list_changes', { organization_id: org, limit: 1000 })).next;
+    const response = await stream(lateToken, { organization_id: org, after: start });
     expect(response.status).toBe(200);
-    // The body ends by itself once the token expires.
-    expect((await response.text()).length).toBeGreaterThan(0);
+    // A change made once the stream is open reaches it: the stream did not end at `exp`.
+    const reading = readEvents(response, 1);
+    await ok(service, token, 'update_workspace', { id: workspace.id, name: 'Streamed past exp' });
+    const { changes } = await reading;
+    expect(changes.map((change) => (change.data as { name?: string }).name)).toEqual(['Streamed past exp']);
+    // It ends by itself, when the token is no longer accepted (a 401 from then on), rather than going on.
+    const rest = await stream(lateToken, { organization_id: org, after: changes[0]!.id });
+    if (rest.status === 200) expect(await rest.text()).toMatch(/^: change stream\n\n/);
+    expectError(
+      await rawPost(service, JSON.stringify({ query: 'list_changes', params: {} }), jsonHeaders(lateToken)),
+      401,
+      'unauthenticated',
+    );
   });
 });
