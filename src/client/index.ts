@@ -140,7 +140,9 @@ export type Client = Methods & {
    * stream ends (the token expired, the instance stopped, the connection dropped), until `signal`
    * aborts, and then ends without an error. A service that cannot be reached or answers 503 is
    * tried again for as long as it takes, the delay doubling up to 5 s, unless `retries` is 0. A
-   * refusal (401, 403, 400, 429) is thrown as ApiError.
+   * stream that ends without delivering a change counts as a failed try too (the next one waits,
+   * the delay doubling up to 5 s); one that delivered changes is reconnected at once. A refusal
+   * (401, such as a token no longer accepted, 403, 400, 429) ends the iteration, thrown as ApiError.
    */
   streamChanges(params?: Omit<ChangeParams, 'wait_ms' | 'limit'>, options?: Omit<CallOptions, 'idempotencyKey'>): AsyncGenerator<Change>;
 };
@@ -299,9 +301,13 @@ export function createClient(options: ClientOptions): Client {
    */
   async function waitedToRetry(error: unknown, failures: number, signal: AbortSignal | undefined): Promise<boolean> {
     if (retries === 0 || !retryable(error, 0)) return false;
-    await sleep(Math.min(retryDelayMs * 2 ** failures, followDelayCapMs), signal).catch(() => undefined);
+    await backOff(failures, signal);
     return true;
   }
+
+  /** The wait before the next try after `failures` failures in a row: doubling up to followDelayCapMs, cut short by an abort. */
+  const backOff = (failures: number, signal: AbortSignal | undefined) =>
+    sleep(Math.min(retryDelayMs * 2 ** failures, followDelayCapMs), signal).catch(() => undefined);
 
   async function* streamChanges(
     params: Omit<ChangeParams, 'wait_ms' | 'limit'> = {},
@@ -322,7 +328,7 @@ export function createClient(options: ClientOptions): Client {
         if (!(await waitedToRetry(error, failures++, signal))) throw error;
         continue;
       }
-      failures = 0;
+      let delivered = false;
       const received: Change[] = [];
       const parser = createParser({
         onEvent: (message: EventSourceMessage) => {
@@ -335,6 +341,7 @@ export function createClient(options: ClientOptions): Client {
           parser.feed(decoder.decode(chunk, { stream: true }));
           for (const change of received.splice(0)) {
             lastEventId = change.id;
+            delivered = true;
             yield change;
           }
         }
@@ -343,6 +350,10 @@ export function createClient(options: ClientOptions): Client {
         if (signal?.aborted) return;
         if (!(error instanceof Error)) throw error;
       }
+      // A stream that ended (or dropped) without a change is a failed try, whatever its status said:
+      // reconnecting at once would hammer a service (or a proxy) that keeps ending streams at once.
+      if (delivered) failures = 0;
+      else if (!signal?.aborted) await backOff(failures++, signal);
     }
   }
 

@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import net from 'node:net';
 import { pino } from 'pino';
 import { mintToken } from '../../src/api/tokens.js';
 import { rebuildReadModel } from '../../src/projections/rebuild/index.js';
-import { createClient, type Change } from '../../src/client/index.js';
+import { ApiError, createClient, type Change } from '../../src/client/index.js';
 import { CuttableProxy } from '../support/cuttable-proxy.js';
 import { testSecret } from '../support/secret.js';
 import { startTestService, type TestService } from '../support/service.js';
@@ -220,6 +221,57 @@ describe('change feed', () => {
     await expect(pageThrough.next()).rejects.toThrow();
   });
 
+  it('lets the client back off from streams that end without a change, whether cut or ended cleanly, rather than reconnect at once', async () => {
+    // A proxy that lets each stream's answer begin (its headers and first chunk: the opening comment,
+    // from the end of the feed), then cuts the connection or ends the answer cleanly: streams that
+    // deliver nothing, again and again.
+    const end = (await ok(service, token, 'list_changes', { organization_id: org, limit: 1000 })).next;
+    for (const ending of ['cut', 'end'] as const) {
+      const proxy = net.createServer((client) => {
+        const upstream = net.connect(Number(new URL(service.url).port), '127.0.0.1');
+        for (const socket of [client, upstream]) socket.on('error', () => undefined);
+        client.pipe(upstream);
+        let answer = '';
+        upstream.on('data', (chunk: Buffer) => {
+          answer += chunk.toString('latin1');
+          // Latin-1: one character a byte, as chunk sizes count.
+          const headers = answer.indexOf('\r\n\r\n') + 4;
+          const size = /^([0-9a-f]+)\r\n/i.exec(answer.slice(headers));
+          if (headers < 4 || !size) return;
+          const firstChunkEnd = headers + size[0].length + parseInt(size[1]!, 16) + 2;
+          if (answer.length < firstChunkEnd) return;
+          upstream.destroy();
+          const head = answer.slice(0, firstChunkEnd);
+          if (ending === 'cut') client.end(head, 'latin1', () => client.destroy());
+          else client.end(`${head}0\r\n\r\n`, 'latin1');
+        });
+        client.on('close', () => upstream.destroy());
+      });
+      await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+      let requests = 0;
+      const client = createClient({
+        baseUrl: `http://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`,
+        token,
+        retryDelayMs: 50,
+        fetch: (input, init) => ((requests += 1), conformingFetch(input, init)),
+      });
+      const controller = new AbortController();
+      const streamed: Change[] = [];
+      const streaming = (async () => {
+        for await (const change of client.streamChanges({ organization_id: org, after: end }, { signal: controller.signal }))
+          streamed.push(change);
+      })();
+      // Backing off from 50 ms, doubling: about 6 tries in 2 s. Reconnecting at once: hundreds.
+      await sleep(2_000);
+      controller.abort();
+      await streaming;
+      await new Promise((resolve) => proxy.close(resolve));
+      expect(streamed).toEqual([]);
+      expect(requests, ending).toBeGreaterThanOrEqual(2);
+      expect(requests, ending).toBeLessThanOrEqual(12);
+    }
+  });
+
   it('shows every change exactly once to a reader paging while other clients write', async () => {
     const busy = 'org_feed_busy';
     const writer = await service.token([busy]);
@@ -258,7 +310,7 @@ describe('change feed', () => {
     expect(after.map((change) => change.workspace_id)).toEqual([created.id]);
   });
 
-  it('refuses a bad Last-Event-ID and streams past the per-caller limit with JSON 429s; a stream ends when its token expires', async () => {
+  it('refuses a bad Last-Event-ID and streams past the per-caller limit with JSON 429s', async () => {
     expectValidation(
       await rawPost(service, JSON.stringify({ query: 'list_changes', params: {} }), {
         ...jsonHeaders(token),
@@ -306,11 +358,33 @@ describe('change feed', () => {
     const start = (await ok(service, lateToken, 'list_changes', { organization_id: org, limit: 1000 })).next;
     const response = await stream(lateToken, { organization_id: org, after: start });
     expect(response.status).toBe(200);
+    // The client follows with the same token until the service refuses it, then ends with the refusal.
+    let requests = 0;
+    const client = createClient({
+      baseUrl: service.url,
+      token: lateToken,
+      retryDelayMs: 50,
+      fetch: (input, init) => ((requests += 1), conformingFetch(input, init)),
+    });
+    const followed: Change[] = [];
+    const following = (async () => {
+      for await (const change of client.streamChanges({ organization_id: org, after: start })) followed.push(change);
+    })();
     // A change made once the stream is open reaches it: the stream did not end at `exp`.
     const reading = readEvents(response, 1);
     await ok(service, token, 'update_workspace', { id: workspace.id, name: 'Streamed past exp' });
     const { changes } = await reading;
     expect(changes.map((change) => (change.data as { name?: string }).name)).toEqual(['Streamed past exp']);
+    const refusal = await following.then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refusal).toBeInstanceOf(ApiError);
+    expect(refusal).toMatchObject({ status: 401, code: 'unauthenticated' });
+    expect(followed.map((change) => (change.data as { name?: string }).name)).toEqual(['Streamed past exp']);
+    // One stream for as long as the token was accepted, then the refused reconnection (a spare for a race at the very end).
+    expect(requests).toBeGreaterThanOrEqual(2);
+    expect(requests).toBeLessThanOrEqual(4);
     // It ends by itself, when the token is no longer accepted (a 401 from then on), rather than going on.
     const rest = await stream(lateToken, { organization_id: org, after: changes[0]!.id });
     if (rest.status === 200) expect(await rest.text()).toMatch(/^: change stream\n\n/);
