@@ -10,8 +10,8 @@ import { ServiceError } from '../errors.js';
  * `event:` its type, `data:` the change as one JSON line), a comment when nothing came for
  * `heartbeatMs`, until the token stops being accepted (its `exp` plus the verifier's clock
  * tolerance, as for any request), the client goes or the service stops. Everything that can
- * refuse the request (the token, the parameters, `Last-Event-ID`, the per-caller limit) is checked
- * before the first byte, so a refusal is the usual JSON error body.
+ * refuse the request (the token, the parameters, `Last-Event-ID`, the per-caller limit, the first
+ * page's read) is checked or done before the first byte, so a refusal is the usual JSON error body.
  */
 
 /** The stream's form of a request: whether `Accept` names text/event-stream, other than with `q=0` (which refuses it, RFC 9110 §12.4.2). */
@@ -76,10 +76,21 @@ export class ChangeStreams {
     this.openPerCaller.set(stream.subject, open + 1);
     this.openStreams.inc();
     const controller = new AbortController();
+    const { signal } = controller;
     this.running.add(controller);
     const { raw } = reply;
     // The response's close: the client went away (or the stream ended).
     raw.on('close', () => controller.abort());
+    let first: ChangePage;
+    try {
+      // The first page is read before the headers: a failure there (the read database refusing
+      // sessions, say) is the usual JSON error body, not a 200 and an empty stream.
+      first = await stream.listChanges({ ...stream.query, after }, 0, signal);
+      if (signal.aborted) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
+    } catch (error) {
+      this.release(controller, stream.subject);
+      throw error;
+    }
     reply.hijack();
     try {
       raw.writeHead(200, {
@@ -90,8 +101,8 @@ export class ChangeStreams {
         // Proxies that buffer (nginx) would hold the events back.
         'x-accel-buffering': 'no',
       });
-      await this.write(raw, ': change stream\n\n');
-      const { signal } = controller;
+      await this.write(raw, `: change stream\n\n${first.items.map(eventOf).join('')}`);
+      after = decodeCursor(first.next) ?? after;
       while (!signal.aborted) {
         const left = stream.endsAt - Date.now();
         if (left <= 0) break;
@@ -105,13 +116,18 @@ export class ChangeStreams {
       // Past the headers no error body can be sent: the stream ends, and the client resumes with Last-Event-ID.
       request.log.warn({ err: (error as Error).message }, 'change stream ended by an error');
     } finally {
-      this.running.delete(controller);
-      const left = (this.openPerCaller.get(stream.subject) ?? 1) - 1;
-      if (left > 0) this.openPerCaller.set(stream.subject, left);
-      else this.openPerCaller.delete(stream.subject);
-      this.openStreams.dec();
+      this.release(controller, stream.subject);
       raw.end();
     }
+  }
+
+  /** The stream is over (or refused after all): its per-caller slot and its count in the gauge go. */
+  private release(controller: AbortController, subject: string): void {
+    this.running.delete(controller);
+    const left = (this.openPerCaller.get(subject) ?? 1) - 1;
+    if (left > 0) this.openPerCaller.set(subject, left);
+    else this.openPerCaller.delete(subject);
+    this.openStreams.dec();
   }
 
   private async write(raw: FastifyReply['raw'], text: string): Promise<void> {

@@ -1,4 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterEach, describe, expect, inject, it } from 'vitest';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
@@ -15,11 +16,11 @@ describe('change stream life', () => {
     for (const cleanup of cleanups.splice(0).reverse()) await cleanup().catch(() => undefined);
   });
 
-  async function startService(env: Record<string, string> = {}): Promise<ServiceProcess> {
+  async function startService(env: Record<string, string> = {}): Promise<ServiceProcess & { databaseUrl: string }> {
     const databaseUrl = await prepareReadDatabase(await createTestDatabase());
     const service = await startServiceProcess({ databaseUrl, eventStoreUrl: await eventStoreUrlFor(databaseUrl), env });
     cleanups.push(() => service.signal('SIGKILL'));
-    return service;
+    return { ...service, databaseUrl };
   }
 
   const openStream = async (service: ServiceProcess) => {
@@ -67,6 +68,44 @@ describe('change stream life', () => {
     expect(ended).toBe(false);
     // Comments only: nothing changed, so no event was sent.
     expect(blocks.every((block) => block.startsWith(':'))).toBe(true);
+  });
+
+  it('answers the usual JSON error, not an empty stream, when the first read fails, and frees the stream slot', async () => {
+    // One stream per caller: a slot kept by a refused stream would turn the next one into a 429.
+    const service = await startService({ CHANGE_STREAMS_PER_CALLER: '1' });
+    const token = await service.token(['org_stream_life']);
+    const request = () =>
+      fetch(`${service.url}/api`, {
+        method: 'POST',
+        headers: { ...jsonHeaders(token), accept: 'text/event-stream' },
+        body: JSON.stringify({ query: 'list_changes', params: { organization_id: 'org_stream_life' } }),
+      });
+    // The read database refuses sessions: no new one is allowed, and the service's are ended.
+    const database = new URL(service.databaseUrl).pathname.slice(1);
+    const admin = new pg.Client({ connectionString: inject('adminDatabaseUrl') });
+    await admin.connect();
+    cleanups.push(() => admin.end());
+    const allowConnections = async (allowed: boolean) => {
+      await admin.query(`ALTER DATABASE "${database}" ALLOW_CONNECTIONS ${allowed}`);
+      if (!allowed) await admin.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1', [database]);
+    };
+    await allowConnections(false);
+    cleanups.push(() => allowConnections(true));
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const refused = await request();
+      expect(refused.status, service.output()).toBe(503);
+      expect(refused.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('unavailable');
+    }
+    const metrics = await (await fetch(`${service.url}/metrics`)).text();
+    expect(metrics).toMatch(/^wsapi_change_streams_open 0$/m);
+    // Once the database answers again, the caller's one stream opens: the refused ones kept no slot.
+    await allowConnections(true);
+    const response = await request();
+    expect(response.status, service.output()).toBe(200);
+    const reader = response.body!.getReader();
+    cleanups.push(() => reader.cancel());
+    expect((await readBlocks(reader, (blocks) => blocks.length > 0)).blocks[0]).toBe(': change stream');
   });
 
   it('ends an open stream cleanly on SIGTERM, and the process exits without waiting for it', async () => {
