@@ -1,4 +1,3 @@
-import { once } from 'node:events';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Gauge } from 'prom-client';
 import { decodeCursor } from '../changes/cursor.js';
@@ -92,6 +91,8 @@ export class ChangeStreams {
       throw error;
     }
     reply.hijack();
+    // The token's end aborts the stream wherever it waits: for a change, or for a client that does not read.
+    const expiry = abortAt(controller, stream.endsAt);
     try {
       raw.writeHead(200, {
         ...(reply.getHeaders() as Record<string, string>),
@@ -101,7 +102,7 @@ export class ChangeStreams {
         // Proxies that buffer (nginx) would hold the events back.
         'x-accel-buffering': 'no',
       });
-      await this.write(raw, `: change stream\n\n${first.items.map(eventOf).join('')}`);
+      await write(raw, `: change stream\n\n${first.items.map(eventOf).join('')}`, signal);
       after = decodeCursor(first.next) ?? after;
       while (!signal.aborted) {
         const left = stream.endsAt - Date.now();
@@ -109,15 +110,19 @@ export class ChangeStreams {
         const page = await stream.listChanges({ ...stream.query, after }, Math.min(this.heartbeatMs, left), signal);
         if (signal.aborted) break;
         const text = page.items.map(eventOf).join('');
-        await this.write(raw, text || ': keep-alive\n\n');
+        await write(raw, text || ': keep-alive\n\n', signal);
         after = decodeCursor(page.next) ?? after;
       }
     } catch (error) {
       // Past the headers no error body can be sent: the stream ends, and the client resumes with Last-Event-ID.
       request.log.warn({ err: (error as Error).message }, 'change stream ended by an error');
     } finally {
+      clearTimeout(expiry.timer);
       this.release(controller, stream.subject);
-      raw.end();
+      // Data the client has not taken yet: end() would wait for it to read (for ever, if it never
+      // does), holding the connection and the stop; the stream is cut instead.
+      if (raw.writableLength > 0) raw.destroy();
+      else raw.end();
     }
   }
 
@@ -129,9 +134,37 @@ export class ChangeStreams {
     else this.openPerCaller.delete(subject);
     this.openStreams.dec();
   }
+}
 
-  private async write(raw: FastifyReply['raw'], text: string): Promise<void> {
-    if (raw.destroyed) return;
-    if (!raw.write(text)) await Promise.race([once(raw, 'drain'), once(raw, 'close')]);
-  }
+/**
+ * Writes to the stream; when the socket's buffers are full (the client reads slowly, or not at
+ * all), waits until they drain, the connection closes or the stream is aborted (the service
+ * stopping, the token's end), whichever comes first.
+ */
+async function write(raw: FastifyReply['raw'], text: string, signal: AbortSignal): Promise<void> {
+  if (raw.destroyed || signal.aborted || raw.write(text)) return;
+  await new Promise<void>((resolve) => {
+    const done = () => {
+      raw.off('drain', done).off('close', done);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    raw.on('drain', done).on('close', done);
+    signal.addEventListener('abort', done);
+  });
+}
+
+/** The longest delay setTimeout takes (a longer one fires at once). */
+const longestTimeoutMs = 2 ** 31 - 1;
+
+/** Aborts `controller` at `at` (ms since the epoch): a timer, set again while `at` is beyond setTimeout's reach. */
+function abortAt(controller: AbortController, at: number): { timer: NodeJS.Timeout | undefined } {
+  const expiry: { timer: NodeJS.Timeout | undefined } = { timer: undefined };
+  const arm = () => {
+    const left = at - Date.now();
+    if (left <= 0) controller.abort();
+    else expiry.timer = setTimeout(arm, Math.min(left, longestTimeoutMs)).unref();
+  };
+  arm();
+  return expiry;
 }

@@ -1,14 +1,18 @@
+import { connect, type Socket } from 'node:net';
 import pg from 'pg';
 import { afterEach, describe, expect, inject, it } from 'vitest';
+import { mintToken } from '../../src/api/tokens.js';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
-import { jsonHeaders } from './helpers.js';
+import { testSecret } from '../support/secret.js';
+import { clientFor, jsonHeaders, sleep } from './helpers.js';
 
 /**
  * Contract §14, the stream's life with a real service process: an idle stream gets a comment at
  * least every `CHANGE_STREAM_HEARTBEAT_MS`, and SIGTERM ends every open stream cleanly (the client
- * reads its end) without holding the process's exit.
+ * reads its end) without holding the process's exit; a client that stops reading holds neither the
+ * stop nor its stream past its token.
  */
 describe('change stream life', () => {
   const cleanups: (() => Promise<unknown>)[] = [];
@@ -120,6 +124,66 @@ describe('change stream life', () => {
     expect(await reading).toEqual({ blocks: [], ended: true });
     // Exit code 0: the shutdown finished; had the stream held it, the 15 s guard would have exited with 1.
     expect(service.child.exitCode, service.output()).toBe(0);
+  });
+
+  /** Changes of about 12 MB in `organization`: more than the socket buffers between a stream and a client that does not read hold. */
+  async function fillFeed(service: ServiceProcess, organization: string): Promise<void> {
+    const client = clientFor(service, await service.token([organization]));
+    const workspace = await client.createWorkspace({ organization_id: organization, name: 'Large' });
+    const documentation = { blocks: [{ type: 'text' as const, content: 'x'.repeat(500_000) }] };
+    for (let i = 0; i < 24; i++) await client.createSolution({ workspace_id: workspace.id, name: `Large ${i}`, documentation });
+  }
+
+  /** A stream requested on a raw connection that then never reads: its answer stops in the socket buffers. */
+  async function pausedStream(service: ServiceProcess, token: string, organization: string): Promise<Socket> {
+    const { hostname, port } = new URL(service.url);
+    const socket = connect({ port: Number(port), host: hostname });
+    cleanups.push(async () => socket.destroy());
+    socket.on('error', () => undefined);
+    await new Promise<void>((resolve, reject) => socket.once('connect', resolve).once('error', reject));
+    socket.pause();
+    const body = JSON.stringify({ query: 'list_changes', params: { organization_id: organization } });
+    socket.write(
+      `POST /api HTTP/1.1\r\nHost: localhost\r\nauthorization: Bearer ${token}\r\naccept: text/event-stream\r\n` +
+        `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    return socket;
+  }
+
+  /** The service's count of open change streams (GET /metrics). */
+  const openStreams = async (service: ServiceProcess) =>
+    Number(/^wsapi_change_streams_open (\d+)$/m.exec(await (await fetch(`${service.url}/metrics`)).text())?.[1]);
+
+  /** Waits, polling, until `condition` holds; false when `ms` passed first. */
+  async function within(ms: number, condition: () => Promise<boolean>): Promise<boolean> {
+    for (const end = Date.now() + ms; Date.now() < end; await sleep(100)) if (await condition()) return true;
+    return condition();
+  }
+
+  it('stops promptly on SIGTERM with a stream whose client does not read, instead of waiting out the drain time', async () => {
+    // A drain time far longer than the bound below: a stream left waiting for its client would hold the stop that long.
+    const service = await startService({ SHUTDOWN_DRAIN_MS: '120000' });
+    await fillFeed(service, 'org_stream_unread');
+    await pausedStream(service, await service.token(['org_stream_unread']), 'org_stream_unread');
+    expect(await within(20_000, async () => (await openStreams(service)) === 1)).toBe(true);
+    // Its first page (12 MB, read in a fraction of a second) is written by now, and waits on the client.
+    await sleep(2_000);
+    const stopped = service.signal('SIGTERM').then(() => 'stopped' as const);
+    const outcome = await Promise.race([stopped, sleep(30_000).then(() => 'still running' as const)]);
+    expect(outcome, service.output()).toBe('stopped');
+    expect(service.child.exitCode, service.output()).toBe(0);
+    expect(service.output()).not.toContain('requests still unfinished after the drain time');
+  });
+
+  it('ends a stream whose client does not read once its token is no longer accepted', async () => {
+    const service = await startService();
+    await fillFeed(service, 'org_stream_unread');
+    // Expired 25 s ago: accepted for about 5 s more.
+    const lateToken = await mintToken(testSecret, { subject: 'late', organizations: ['org_stream_unread'], expiresIn: '-25s' });
+    await pausedStream(service, lateToken, 'org_stream_unread');
+    expect(await within(20_000, async () => (await openStreams(service)) === 1)).toBe(true);
+    // The token's time is up within 5 s; the stream is closed then, although its client still reads nothing.
+    expect(await within(30_000, async () => (await openStreams(service)) === 0), service.output()).toBe(true);
   });
 
   it('answers a long poll on SIGTERM with what it has, rather than holding it until the drain time cuts its connection', async () => {
