@@ -90,7 +90,7 @@ const environmentSchema = z
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     CHANGE_STREAMS_PER_CALLER: integer(10, 1, 10_000),
-    // At most the contract's 15 s; the default leaves room for the query and the network.
+    // At most the contract's 15 s: the stream waits a little less than the setting, so that its read and write fit within it.
     CHANGE_STREAM_HEARTBEAT_MS: integer(10_000, 100, 15_000),
     WEBHOOK_TIMEOUT_MS: integer(15_000, 100, 600_000),
     WEBHOOK_DELIVERY_NICE: integer(0, 0, 19),

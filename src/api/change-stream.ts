@@ -6,8 +6,8 @@ import { ServiceError } from '../errors.js';
 
 /**
  * `list_changes` as Server-Sent Events (contract §14): one event per change (`id:` its cursor,
- * `event:` its type, `data:` the change as one JSON line), a comment when nothing came for
- * `heartbeatMs`, until the token stops being accepted (its `exp` plus the verifier's clock
+ * `event:` its type, `data:` the change as one JSON line), a comment within `heartbeatMs` when
+ * nothing came, until the token stops being accepted (its `exp` plus the verifier's clock
  * tolerance, as for any request), the client goes or the service stops. Everything that can
  * refuse the request (the token, the parameters, `Last-Event-ID`, the per-caller limit, the first
  * page's read) is checked or done before the first byte, so a refusal is the usual JSON error body.
@@ -47,8 +47,17 @@ export class ChangeStreams {
   constructor(
     private readonly limitPerCaller: number,
     private readonly openStreams: Gauge,
-    private readonly heartbeatMs = 10_000,
-  ) {}
+    heartbeatMs = 10_000,
+  ) {
+    this.idleWaitMs = heartbeatMs - Math.min(heartbeatMsSlack, heartbeatMs / 5);
+  }
+
+  /**
+   * How long a turn waits for a change: a little less than the heartbeat, so that the read after
+   * the wait and the comment's write also fit in it (waiting the whole heartbeat, the comments came
+   * 15,001–15,005 ms apart with a setting of 15,000, past the contract's "at least every 15 s").
+   */
+  private readonly idleWaitMs: number;
 
   /** Ends every stream (the service is stopping): each client reconnects elsewhere with Last-Event-ID. */
   closeAll(): void {
@@ -107,7 +116,7 @@ export class ChangeStreams {
       while (!signal.aborted) {
         const left = stream.endsAt - Date.now();
         if (left <= 0) break;
-        const page = await stream.listChanges({ ...stream.query, after }, Math.min(this.heartbeatMs, left), signal);
+        const page = await stream.listChanges({ ...stream.query, after }, Math.min(this.idleWaitMs, left), signal);
         if (signal.aborted) break;
         const text = page.items.map(eventOf).join('');
         await write(raw, text || ': keep-alive\n\n', signal);
@@ -153,6 +162,9 @@ async function write(raw: FastifyReply['raw'], text: string, signal: AbortSignal
     signal.addEventListener('abort', done);
   });
 }
+
+/** What an idle stream's wait leaves of the heartbeat for its read and write: a second, or a fifth of a shorter heartbeat. */
+const heartbeatMsSlack = 1_000;
 
 /** The longest delay setTimeout takes (a longer one fires at once). */
 const longestTimeoutMs = 2 ** 31 - 1;

@@ -74,6 +74,24 @@ describe('change stream life', () => {
     expect(blocks.every((block) => block.startsWith(':'))).toBe(true);
   });
 
+  it('sends the comments within the heartbeat setting, also at its largest, 15 s (the contract: at least every 15 s)', async () => {
+    const service = await startService({ CHANGE_STREAM_HEARTBEAT_MS: '15000' });
+    const reader = await openStream(service);
+    cleanups.push(() => reader.cancel());
+    // When each comment arrived: the opening one, then two keep-alives.
+    const arrivals: number[] = [];
+    const { blocks } = await readBlocks(reader, (read) => {
+      while (arrivals.length < read.length) arrivals.push(performance.now());
+      return read.length >= 3;
+    });
+    expect(blocks).toEqual([': change stream', ': keep-alive', ': keep-alive']);
+    for (const [index, gap] of [arrivals[1]! - arrivals[0]!, arrivals[2]! - arrivals[1]!].entries()) {
+      expect(gap, `gap ${index + 1}`).toBeLessThan(15_000);
+      // Not much sooner than the setting either: the stream waits only a little less, for its read and write.
+      expect(gap, `gap ${index + 1}`).toBeGreaterThan(10_000);
+    }
+  });
+
   it('answers the usual JSON error, not an empty stream, when the first read fails, and frees the stream slot', async () => {
     // One stream per caller: a slot kept by a refused stream would turn the next one into a 429.
     const service = await startService({ CHANGE_STREAMS_PER_CALLER: '1' });
