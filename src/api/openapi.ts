@@ -174,7 +174,12 @@ function pathItem(name: OperationName) {
       requestBody: { required: true, content: { 'application/json': { schema: ref('schemas', `${Name}Request`) } } },
       responses: {
         '200': {
-          description: 'Done; `data` holds the result.',
+          description:
+            name === 'list_changes'
+              ? 'Done. As `application/json`, one page: `data` holds the result. As `text/event-stream` (asked for with ' +
+                '`Accept`), the changes as Server-Sent Events, with no `data` envelope: each event carries one change as its ' +
+                '`data:` line, and the stream goes on until the token stops being accepted or the instance stops.'
+              : 'Done; `data` holds the result.',
           headers: {
             'x-request-id': ref('headers', 'RequestId'),
             ...(operation.kind === 'command'
@@ -230,8 +235,10 @@ const changeStream = {
   schema: {
     type: 'string',
     description:
-      'Server-Sent Events, one per change: `id:` the change id (a cursor), `event:` its type, `data:` the Change as one JSON line ' +
-      '(the schema `ListChangesResult` items). A comment line (`:`) at least every 15 s. The stream ends when the token stops being accepted (`exp` plus the 30 s clock tolerance) ' +
+      'Server-Sent Events, not JSON: first the comment `: change stream`, then one event per change: `id:` the change id (a cursor), ' +
+      '`event:` its type, `data:` the Change as one JSON line (an item of the schema `ListChangesResult`, without the ' +
+      '`{"data": ...}` envelope). A comment line (`: keep-alive`) at least every 15 s while no change comes. ' +
+      'The stream ends when the token stops being accepted (`exp` plus the 30 s clock tolerance) ' +
       'or the instance stops; reconnect with `Last-Event-ID` to continue exactly after the last change received.',
   },
   example: 'id: AAAAAAAAuzEAAAAAAAAABA\nevent: WorkspaceCreated\ndata: {"id":"AAAAAAAAuzEAAAAAAAAABA","type":"WorkspaceCreated",...}\n\n',

@@ -53,6 +53,17 @@ describe('the OpenAPI document', () => {
     );
   });
 
+  it("describes list_changes' 200 for both of its forms: the page in `data`, and the event stream, which has no envelope", () => {
+    type Answer = { description: string; content: Record<string, { schema: { description?: string } }> };
+    const answer = apiOperation('list_changes').responses['200'] as Answer;
+    expect(Object.keys(answer.content).sort()).toEqual(['application/json', 'text/event-stream']);
+    expect(answer.description).toMatch(/`application\/json`[^.]*`data`/);
+    expect(answer.description).toMatch(/`text\/event-stream`[^.]*no `data` envelope/);
+    expect(answer.content['text/event-stream']!.schema.description).toMatch(/Server-Sent Events/);
+    // An operation with one form keeps the short wording.
+    expect((apiOperation('list_workspaces').responses['200'] as Answer).description).toBe('Done; `data` holds the result.');
+  });
+
   it("gives the client the server's command/query split", () => {
     expect(operationKinds).toEqual(Object.fromEntries(Object.entries(operations).map(([name, operation]) => [name, operation.kind])));
   });
