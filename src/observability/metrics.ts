@@ -171,6 +171,8 @@ export class Metrics {
 
   constructor() {
     collectDefaultMetrics({ register: this.registry, prefix: metricPrefix });
+    // Shown at 0 from the start: a series that first appears at 1 has no increase for an alert to see.
+    for (const reason of ['no_organization', 'repeated_version'] as const) this.integrityEventsLeftOut.inc({ reason }, 0);
     const sources = () => this.sources;
     const oldestPending = () => this.webhookOldestPending?.() ?? Promise.resolve(0);
 

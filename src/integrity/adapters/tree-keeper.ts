@@ -106,37 +106,26 @@ export class TreeKeeper {
 
   /** Appends the next batch of the log to the trees; answers how many events it appended. */
   async catchUp(): Promise<number> {
-    const { pool, store, batchSize = defaultBatchSize, logger } = this.options;
+    const { pool, store, batchSize = defaultBatchSize } = this.options;
     // Read before the transaction: an open transaction holding a transaction id would hold back
     // the PostgreSQL store's read watermark, and with it the projector, for as long as the read.
     const after = await readTreeProgress(pool);
     const events = await store.readAll(after, batchSize);
     if (events.length === 0) return 0;
-    return inTransaction(pool, async (client) => {
+    const leftOut: { event: { streamName: string; version: bigint }; reason: 'no_organization' | 'repeated_version' }[] = [];
+    const appended = await inTransaction(pool, async (client) => {
       // Another instance's keeper appended from there meanwhile: this batch is its, already.
       if (comparePositions(await lockProgress(client), after) !== 0) return 0;
       // An event at a version the tree holds already was put back into the log under the service
-      // (deleted and inserted again, at a later position): it is evidence of tampering for
-      // audit:verify to name, not a new leaf, and must not stop the trees of every organization.
+      // (deleted and inserted again, at a later position): evidence of tampering, not a new leaf,
+      // and it must not stop the trees of every organization.
       const held = await leavesHeld(client, events);
       const unheld = held.size === 0 ? events : events.filter((event) => !held.has(leafKey(event.streamName, event.version)));
-      for (const event of events) {
-        if (!held.has(leafKey(event.streamName, event.version))) continue;
-        this.options.onLeftOut?.('repeated_version');
-        logger.error(
-          { stream: event.streamName, version: event.version.toString() },
-          'event at a version the integrity tree holds already (the log was changed under the service; run npm run audit:verify) left out of the tree',
-        );
-      }
+      for (const event of events)
+        if (held.has(leafKey(event.streamName, event.version))) leftOut.push({ event, reason: 'repeated_version' });
       const streams = await readStreamHeads(client, [...new Set(unheld.map((event) => event.streamName))]);
       const { leaves, heads, unplaced } = placeEvents(unheld, streams);
-      for (const event of unplaced) {
-        this.options.onLeftOut?.('no_organization');
-        logger.warn(
-          { stream: event.streamName, version: event.version.toString() },
-          'event of a stream with no organization left out of the integrity tree',
-        );
-      }
+      for (const event of unplaced) leftOut.push({ event, reason: 'no_organization' });
       const byOrganization = new Map<string, PlacedLeaf[]>();
       for (const leaf of leaves) {
         const list = byOrganization.get(leaf.organizationId);
@@ -165,6 +154,21 @@ export class TreeKeeper {
       await saveTreeBatch(client, { growth, heads, progress: latestPosition([after, last])! });
       return events.length;
     });
+    // Told once the batch is committed: a batch rolled back and read again is told once, then.
+    if (appended > 0) for (const { event, reason } of leftOut) this.tellLeftOut(event, reason);
+    return appended;
+  }
+
+  private tellLeftOut(event: { streamName: string; version: bigint }, reason: 'no_organization' | 'repeated_version'): void {
+    this.options.onLeftOut?.(reason);
+    const where = { stream: event.streamName, version: event.version.toString() };
+    if (reason === 'no_organization')
+      this.options.logger.warn(where, 'event of a stream with no organization left out of the integrity tree');
+    else
+      this.options.logger.error(
+        where,
+        'event at a version the integrity tree holds already left out of it: the event log was changed under the service (an event deleted and inserted again)',
+      );
   }
 
   /** Signs a checkpoint of each tree that is due one. */
