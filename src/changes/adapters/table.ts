@@ -47,7 +47,8 @@ const pageColumns =
 export const pageDataBudgetBytes = 16 * 1024 * 1024;
 
 /**
- * The rows of `candidates` (the next `limit + 1`, in log order) that fit the page's data budget,
+ * The rows of `candidates` (the next `limit + 1`, in log order) that fit the page's data budget
+ * (the first always),
  * and how many candidates there were: sized as they are read, so that rows past the budget are
  * never sent.
  */
@@ -57,7 +58,7 @@ const withinBudget = (candidates: string, budget: string) =>
        count(*) OVER () AS fetched
      FROM (SELECT candidate.*, octet_length(candidate.data) AS size FROM (${candidates}) candidate) sized
    ) page
-   WHERE before < ${budget}
+   WHERE before = 0 OR before + size <= ${budget}
    ORDER BY page.commit_position, page.prepare_position`;
 
 /** A page's rows (at most `limit`), and whether changes follow them. */

@@ -103,6 +103,17 @@ describe('the changes table', () => {
     expect(await pageThrough(100, 'ws_b1', 1)).toEqual({ seen: workspace, pages: workspace.length });
     const within = await readChanges(pool, query());
     expect(within.more).toBe(false);
+    // A page holds the changes whose data fits the budget, and not the one that would pass it.
+    const { rows: sized } = await pool.query<{ size: number }>(
+      'SELECT octet_length(data::text) AS size FROM changes WHERE commit_position = ANY($1::numeric[]) ORDER BY commit_position, prepare_position',
+      [all.slice(0, 2)],
+    );
+    const sizes = sized.map((row) => row.size);
+    const twoFit = await readChanges(pool, query(), sizes[0]! + sizes[1]!);
+    expect(twoFit.rows.map((row) => row.commit_position)).toEqual(all.slice(0, 2));
+    expect(twoFit.more).toBe(true);
+    const oneFits = await readChanges(pool, query(), sizes[0]! + sizes[1]! - 1);
+    expect(oneFits.rows.map((row) => row.commit_position)).toEqual(all.slice(0, 1));
   });
 
   it('filters by workspace and by type', async () => {
