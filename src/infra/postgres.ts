@@ -137,6 +137,12 @@ export async function joinSnapshot(client: pg.ClientBase, snapshotId: string): P
  * the same codes at ERROR level are a statement's own.
  */
 const sessionRefusals = ['55000', '3D000', '28000', '28P01', '42501', '57P03', '53300'];
+/**
+ * Of those, the ones no statement of the service's can raise, whatever the severity says:
+ * PostgreSQL writes the severity in the server's language (lc_messages), so a refusal from a server
+ * that does not speak English is known by its code alone.
+ */
+const startupOnlyCodes = ['3D000', '28000', '28P01', '57P03', '53300'];
 
 const isFatal = (error: Error) => (error as { severity?: string }).severity === 'FATAL';
 
@@ -145,7 +151,9 @@ export function isConnectionError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: string }).code ?? '';
   return (
-    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', '57P01', '57P02', '57P03', '53300'].includes(code) ||
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', '57P01', '57P02', ...startupOnlyCodes].includes(
+      code,
+    ) ||
     code.startsWith('08') ||
     isFatal(error) ||
     /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(error.message)
@@ -166,7 +174,7 @@ export function isConnectRefusal(error: unknown): boolean {
     (opening && ['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN'].includes(code)) ||
     // The server refused the session before any statement.
     (isFatal(error) && sessionRefusals.includes(code)) ||
-    ['57P03', '53300'].includes(code) ||
+    startupOnlyCodes.includes(code) ||
     /timeout exceeded when trying to connect/i.test(error.message)
   );
 }
