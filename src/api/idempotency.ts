@@ -3,6 +3,11 @@ import type { Pool } from '../infra/postgres.js';
 import { ServiceError } from '../errors.js';
 import { idempotencyKeyPattern } from './schemas.js';
 
+/** How many times a claim's move to the holder's new session is tried before it is given up (and logged). */
+const reattachAttempts = 5;
+
+export const claimsNotMoved = "idempotency claims not moved to the instance's new database session";
+
 /** Answers are kept for a day. */
 const retentionHours = 24;
 
@@ -40,8 +45,11 @@ export class IdempotencyKeys {
   constructor(
     private readonly pool: Pool,
     private readonly holder: ClaimHolder,
-    /** Told when deleting expired keys failed; the next request a minute later tries again. */
-    private readonly onPurgeFailure?: (error: Error) => void,
+    /**
+     * Told when work in the background failed: deleting expired keys (the next request a minute
+     * later tries again), or moving claims to a new session (a retry elsewhere may then take one over).
+     */
+    private readonly onBackgroundFailure?: (error: Error, what: string) => void,
   ) {}
 
   static parseKey(header: string | string[] | undefined): string | undefined {
@@ -109,7 +117,7 @@ export class IdempotencyKeys {
     );
     const row = rows[0];
     if (!row) return 'retry';
-    if (row.claimed) return { claim: this.holdClaim(subject, key, claim) };
+    if (row.claimed) return { claim: this.holdClaim(subject, key, claim, holder) };
     if (row.request_hash !== requestHash) {
       throw new ServiceError('idempotency_key_reused', 'this Idempotency-Key was used with a different request');
     }
@@ -125,6 +133,18 @@ export class IdempotencyKeys {
    * would otherwise look orphaned, and a retry would take one over while its request still runs.
    */
   async reattach(): Promise<void> {
+    // The database may be as far as the connection that was reset: a few tries, a second apart and more.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.moveClaimsToHolder();
+      } catch (error) {
+        if (attempt === reattachAttempts) throw error;
+        await new Promise((resolve) => setTimeout(resolve, 500 * 2 ** attempt));
+      }
+    }
+  }
+
+  private async moveClaimsToHolder(): Promise<void> {
     const holder = this.holder();
     if (this.held.size === 0 || !holder) return;
     const claims = [...this.held];
@@ -142,9 +162,15 @@ export class IdempotencyKeys {
     );
   }
 
-  private holdClaim(subject: string, key: string, claim: string): Claim {
+  private holdClaim(subject: string, key: string, claim: string, heldBy: ReturnType<ClaimHolder>): Claim {
     const owned = 'subject = $1 AND key = $2 AND claim = $3';
     this.held.set(claim, { subject, key });
+    // The holder's session was replaced (or was down) while the claim was being written: a
+    // reattachment run meanwhile did not know of this claim, so it is moved now.
+    const now = this.holder();
+    if (!heldBy || now?.pid !== heldBy.pid || now.startedAt !== heldBy.startedAt) {
+      this.reattach().catch((error: unknown) => this.onBackgroundFailure?.(error as Error, claimsNotMoved));
+    }
     return {
       complete: async (response) => {
         this.held.delete(claim);
@@ -172,6 +198,6 @@ export class IdempotencyKeys {
         `DELETE FROM idempotency_keys WHERE ctid IN (
            SELECT ctid FROM idempotency_keys WHERE created_at < now() - make_interval(hours => ${retentionHours}) LIMIT 10000)`,
       )
-      .catch((error: unknown) => this.onPurgeFailure?.(error as Error));
+      .catch((error: unknown) => this.onBackgroundFailure?.(error as Error, 'expired idempotency keys not deleted; retrying in a minute'));
   }
 }

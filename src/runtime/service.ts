@@ -4,7 +4,7 @@ import type { Logger } from 'pino';
 import type { AppServices } from '../api/app.js';
 import type { AuthSettings } from '../api/auth.js';
 import { createTokenVerifier } from '../api/auth.js';
-import { IdempotencyKeys } from '../api/idempotency.js';
+import { claimsNotMoved, IdempotencyKeys } from '../api/idempotency.js';
 import type { Queries, Webhooks } from '../api/operations.js';
 import { recordHistory, solutionAsOf, workspaceAsOf } from '../audit/history.js';
 import { recordDiff, recordProvenance } from '../audit/provenance-reads.js';
@@ -227,12 +227,10 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     const idempotency = new IdempotencyKeys(
       pool,
       () => listener.session,
-      (error) => logger.warn({ err: error.message }, 'expired idempotency keys not deleted; retrying in a minute'),
+      (error, what) => logger.warn({ err: error.message }, what),
     );
     listener.onReconnect(() =>
-      idempotency
-        .reattach()
-        .catch((error: unknown) => logger.warn({ err: (error as Error).message }, 'idempotency claims not moved to the new session')),
+      idempotency.reattach().catch((error: unknown) => logger.warn({ err: (error as Error).message }, claimsNotMoved)),
     );
 
     return {
