@@ -100,15 +100,17 @@ export async function recordProof(
   const inclusionPaths = paths(lookup);
   const events = covered.map((leaf, index): ProofEvent => {
     const stored = byVersion.get(leaf.version)!;
-    const metadata = stored.metadata as { occurred_at: string; actor: string; schema_version: number };
+    // Metadata changed under the service may lack what the hash covers (or be no object at all):
+    // the proof then shows it as empty, and the verifier's recomputed hash names the event.
+    const metadata = (stored.metadata ?? {}) as Partial<{ occurred_at: string; actor: string; schema_version: number }>;
     const hashes = storedHashes(stored.metadata) ?? leaf;
     return {
       version: Number(stored.version),
       type: stored.type,
-      occurred_at: metadata.occurred_at,
-      actor: metadata.actor,
+      occurred_at: typeof metadata.occurred_at === 'string' ? metadata.occurred_at : '',
+      actor: typeof metadata.actor === 'string' ? metadata.actor : '',
       stream: stored.streamName,
-      schema_version: metadata.schema_version,
+      schema_version: typeof metadata.schema_version === 'number' ? metadata.schema_version : 0,
       stored_data: stored.data as Record<string, unknown>,
       data_hash: hashes.data_hash,
       previous_hash: hashes.previous_hash,

@@ -32,7 +32,10 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
   let keys: AuditKeys;
   let database: pg.Pool;
   let before: Checkpoint;
-  const ids: Record<'edited' | 'actor' | 'deleted' | 'truncated' | 'beheaded' | 'moved' | 'swapped' | 'disowned' | 'untouched', string> = {
+  const ids: Record<
+    'edited' | 'actor' | 'deleted' | 'truncated' | 'beheaded' | 'moved' | 'swapped' | 'disowned' | 'nulled' | 'untouched',
+    string
+  > = {
     edited: '',
     actor: '',
     deleted: '',
@@ -41,6 +44,7 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     moved: '',
     swapped: '',
     disowned: '',
+    nulled: '',
     untouched: '',
   };
   const legacy = { organization: 'org_legacy', workspace: `ws_legacy${randomUUID().slice(0, 8)}` };
@@ -89,7 +93,7 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
       await api.updateWorkspace({ id: workspace.id, name: `${name} 3`, attributes: { step: 3 } });
       ids[name] = workspace.id;
     }
-    before = await checkpointCovering(api, organization, 27);
+    before = await checkpointCovering(api, organization, 30);
     await checkpointCovering(api, legacy.organization, 2);
   }, 120_000);
   afterAll(async () => {
@@ -151,6 +155,7 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     await database.query(`UPDATE es_events SET metadata = metadata - 'request_id' WHERE stream_name = $1 AND version = 3`, [
       stream('disowned'),
     ]);
+    await database.query(`UPDATE es_events SET metadata = 'null'::jsonb WHERE stream_name = $1 AND version = 3`, [stream('nulled')]);
 
     const outcome = await runCli('src/cli/audit-verify.ts', [], service.databaseUrl);
     expect(outcome.code).toBe(1);
@@ -181,6 +186,12 @@ describe('npm run audit:verify and verifyRecord against tampering (PostgreSQL mo
     expect(lines.at(-1)).toMatch(/^\d+ break\(s\) in \d+ events, 2 trees, \d+ checkpoints$/);
 
     // The client, holding only a checkpoint signed before and the keys, catches each in the proof it is served now.
+    // Metadata made null: the proof still answers, and the event's recomputed hash names it.
+    const nulled = await api.getWorkspaceProof({ id: ids.nulled, size: before.size });
+    expect((await verifyRecord(nulled, before, keys, ids.nulled)).problems).toContainEqual({
+      version: 3,
+      message: expect.stringMatching(/^hash is [0-9a-f]{64}, the event hashes to [0-9a-f]{64}$/),
+    });
     for (const name of ['edited', 'actor', 'deleted', 'truncated', 'beheaded', 'swapped'] as const) {
       const now = await api.getWorkspaceProof({ id: ids[name], size: before.size });
       const verdict = await verifyRecord(now, before, keys);
