@@ -101,7 +101,7 @@ export class ChangeStreams {
     }
     reply.hijack();
     // The token's end aborts the stream wherever it waits: for a change, or for a client that does not read.
-    const expiry = abortAt(controller, stream.endsAt);
+    const cancelExpiry = abortAt(controller, stream.endsAt);
     try {
       raw.writeHead(200, {
         ...(reply.getHeaders() as Record<string, string>),
@@ -126,7 +126,7 @@ export class ChangeStreams {
       // Past the headers no error body can be sent: the stream ends, and the client resumes with Last-Event-ID.
       request.log.warn({ err: (error as Error).message }, 'change stream ended by an error');
     } finally {
-      clearTimeout(expiry.timer);
+      cancelExpiry();
       this.release(controller, stream.subject);
       // Data the client has not taken yet: end() would wait for it to read (for ever, if it never
       // does), holding the connection and the stop; the stream is cut instead.
@@ -169,14 +169,17 @@ const heartbeatMsSlack = 1_000;
 /** The longest delay setTimeout takes (a longer one fires at once). */
 const longestTimeoutMs = 2 ** 31 - 1;
 
-/** Aborts `controller` at `at` (ms since the epoch): a timer, set again while `at` is beyond setTimeout's reach. */
-function abortAt(controller: AbortController, at: number): { timer: NodeJS.Timeout | undefined } {
-  const expiry: { timer: NodeJS.Timeout | undefined } = { timer: undefined };
+/**
+ * Aborts `controller` at `at` (ms since the epoch): a timer, set again while `at` is beyond
+ * setTimeout's reach. Answers what cancels it.
+ */
+function abortAt(controller: AbortController, at: number): () => void {
+  let timer: NodeJS.Timeout | undefined;
   const arm = () => {
     const left = at - Date.now();
     if (left <= 0) controller.abort();
-    else expiry.timer = setTimeout(arm, Math.min(left, longestTimeoutMs)).unref();
+    else timer = setTimeout(arm, Math.min(left, longestTimeoutMs)).unref();
   };
   arm();
-  return expiry;
+  return () => clearTimeout(timer);
 }

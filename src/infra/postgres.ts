@@ -131,18 +131,17 @@ export async function joinSnapshot(client: pg.ClientBase, snapshotId: string): P
 }
 
 /**
- * Errors PostgreSQL raises only while it starts a session, and ends it: the database refusing
- * sessions (55000), dropped or renamed (3D000), the role's login or connect privilege gone (28000,
- * 28P01, 42501), the server starting, stopping or full. Raised at FATAL level, which ends the session;
- * the same codes at ERROR level are a statement's own.
- */
-const sessionRefusals = ['55000', '3D000', '28000', '28P01', '42501', '57P03', '53300'];
-/**
- * Of those, the ones no statement of the service's can raise, whatever the severity says:
- * PostgreSQL writes the severity in the server's language (lc_messages), so a refusal from a server
- * that does not speak English is known by its code alone.
+ * Errors PostgreSQL raises while it starts a session, refusing it: the database dropped or renamed
+ * (3D000), the role's login refused (28000, 28P01), the server starting (57P03) or full (53300).
+ * No statement of the service's raises these, so they are known by their code alone (the severity
+ * comes in the server's language, lc_messages).
  */
 const startupOnlyCodes = ['3D000', '28000', '28P01', '57P03', '53300'];
+/**
+ * Refusals of a session that statements can raise too, at ERROR level: the database not accepting
+ * sessions (55000), the connect privilege gone (42501). A refusal only at FATAL level, which ends the session.
+ */
+const startupCodesIfFatal = ['55000', '42501'];
 
 const isFatal = (error: Error) => (error as { severity?: string }).severity === 'FATAL';
 
@@ -173,8 +172,8 @@ export function isConnectRefusal(error: unknown): boolean {
   return (
     (opening && ['ECONNREFUSED', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN'].includes(code)) ||
     // The server refused the session before any statement.
-    (isFatal(error) && sessionRefusals.includes(code)) ||
     startupOnlyCodes.includes(code) ||
+    (isFatal(error) && startupCodesIfFatal.includes(code)) ||
     /timeout exceeded when trying to connect/i.test(error.message)
   );
 }

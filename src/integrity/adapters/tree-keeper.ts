@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { comparePositions, latestPosition, type EventStore, type GlobalPosition } from '../../eventstore/port.js';
+import { comparePositions, latestPosition, type EventStore, type GlobalPosition, type RecordedEvent } from '../../eventstore/port.js';
 import { inTransaction, type Pool } from '../../infra/postgres.js';
 import { signCheckpoint, type SigningKey } from '../checkpoints.js';
 import { appendLeaves, frontier, lookupIn, nodesRead, rootHash } from '../merkle.js';
@@ -120,9 +120,11 @@ export class TreeKeeper {
       // (deleted and inserted again, at a later position): evidence of tampering, not a new leaf,
       // and it must not stop the trees of every organization.
       const held = await leavesHeld(client, events);
-      const unheld = held.size === 0 ? events : events.filter((event) => !held.has(leafKey(event.streamName, event.version)));
-      for (const event of events)
+      const unheld: RecordedEvent[] = [];
+      for (const event of events) {
         if (held.has(leafKey(event.streamName, event.version))) leftOut.push({ event, reason: 'repeated_version' });
+        else unheld.push(event);
+      }
       const streams = await readStreamHeads(client, [...new Set(unheld.map((event) => event.streamName))]);
       const { leaves, heads, unplaced } = placeEvents(unheld, streams);
       for (const event of unplaced) leftOut.push({ event, reason: 'no_organization' });
