@@ -139,20 +139,39 @@ export async function joinSnapshot(client: pg.ClientBase, snapshotId: string): P
 const startupOnlyCodes = ['3D000', '28000', '28P01', '57P03', '53300'];
 /**
  * Refusals of a session that statements can raise too, at ERROR level: the database not accepting
- * sessions (55000), the connect privilege gone (42501). A refusal only at FATAL level, which ends the session.
+ * sessions (55000), the connect privilege gone (42501). A refusal only when it ends the session.
  */
 const startupCodesIfFatal = ['55000', '42501'];
+/** Errors that always end the session, whatever their severity's wording: idle timeouts, the database dropped. */
+const sessionEndingCodes = ['25P03', '57P04', '57P05'];
+/**
+ * The server function that raised an error is named in English on every server, while the severity
+ * (FATAL) comes in its language (lc_messages); this one refuses a session as it starts.
+ */
+const sessionStartRoutines = ['CheckMyDatabase'];
 
-const isFatal = (error: Error) => (error as { severity?: string }).severity === 'FATAL';
+const isFatal = (error: Error) => {
+  const { severity, routine = '' } = error as { severity?: string; routine?: string };
+  return severity === 'FATAL' || sessionStartRoutines.includes(routine);
+};
 
 /** Connection-level failures (refused, reset, terminated, timeouts, any error that ends the session), as opposed to errors in a statement. */
 export function isConnectionError(error: unknown): boolean {
   if (!(error instanceof Error)) return false;
   const code = (error as { code?: string }).code ?? '';
   return (
-    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EHOSTUNREACH', '57P01', '57P02', ...startupOnlyCodes].includes(
-      code,
-    ) ||
+    [
+      'ECONNREFUSED',
+      'ECONNRESET',
+      'ETIMEDOUT',
+      'EPIPE',
+      'ENOTFOUND',
+      'EHOSTUNREACH',
+      '57P01',
+      '57P02',
+      ...startupOnlyCodes,
+      ...sessionEndingCodes,
+    ].includes(code) ||
     code.startsWith('08') ||
     isFatal(error) ||
     /Connection terminated|timeout exceeded when trying to connect|Client has encountered a connection error/i.test(error.message)
