@@ -8,7 +8,7 @@ export const metricPrefix = 'wsapi_';
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
 /**
- * Command steps, finer below 50 ms: the projection wait is held to 10 ms at p99 (docs/production.md),
+ * Command steps, finer below 50 ms: the projection wait's target is 10 ms at p99 (docs/production.md),
  * which the request buckets cannot tell from 25 or 50 ms.
  */
 const stepBuckets = [
