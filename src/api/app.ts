@@ -233,18 +233,12 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const inexact = inexactNumbersOf(request.body).filter((detail) => !invalid.some((issue) => issue.path === detail.path));
       if (invalid.length > 0 || inexact.length > 0)
         throw new ServiceError('validation_error', 'invalid parameters', [...invalid, ...inexact]);
-      const requestHash = key === undefined ? undefined : IdempotencyKeys.hash(query, params);
       const caller: Caller = {
         subject: principal.subject,
         organizations: principal.organizations,
         requestId: request.id,
         // Reads may not show this command's effect yet: its events are stored, the projection has not applied them.
         onProjectionBehind: () => void reply.header('x-projection-behind', 'true'),
-        ...(key === undefined || requestHash === undefined
-          ? {}
-          : {
-              commandId: IdempotencyKeys.commandId(principal.subject, key, requestHash),
-            }),
       };
       if (query === 'list_changes' && wantsEventStream(request)) {
         await changeStreams.serve(request, reply, {
@@ -263,17 +257,21 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         webhooks: services.webhooks,
         ...(query === 'list_changes' ? { signal: longPollSignal(reply, stopping.signal) } : {}),
       };
-      const run = async () => ({ data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, context) });
-      if (key === undefined || requestHash === undefined) return run();
+      const run = async (commandContext: OperationContext) => ({
+        data: await (operation.run as (p: unknown, c: unknown) => Promise<unknown>)(parsed.data, commandContext),
+      });
+      if (key === undefined) return run(context);
       const answer = await runKeyedCommand({
         keys: services.idempotency,
         subject: principal.subject,
         organizations: principal.organizations,
         key,
-        requestHash,
+        requestHash: IdempotencyKeys.hash(query, params),
+        sameRequestHashes: [IdempotencyKeys.hashBeforeCanonical(query, params)],
         requestId: request.id,
         log: request.log,
-        run,
+        run: (requestHash) =>
+          run({ ...context, caller: { ...caller, commandId: IdempotencyKeys.commandId(principal.subject, key, requestHash) } }),
         lostAccess: () => (query === 'create_workspace' ? organizationNotGranted() : notFound('record')),
       });
       if (answer.replayed) reply.header('idempotent-replayed', 'true');

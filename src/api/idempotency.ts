@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { canonicalJson, sha256Hex } from '../integrity/hashes.js';
 import type { Pool } from '../infra/postgres.js';
 import { ServiceError } from '../errors.js';
 import { idempotencyKeyPattern } from './schemas.js';
@@ -60,10 +61,20 @@ export class IdempotencyKeys {
     return header;
   }
 
+  /**
+   * What makes two requests the same request: their RFC 8785 canonical JSON, so that a retry whose
+   * members come in another order (JSON gives their order no meaning) is the same request.
+   */
   static hash(query: string, params: unknown): string {
-    return createHash('sha256')
-      .update(JSON.stringify([query, params]))
-      .digest('hex');
+    return sha256Hex(canonicalJson([query, params]));
+  }
+
+  /**
+   * The hash releases before 2026-11-28 kept, over the members in the order sent: a key one of them
+   * claimed (kept for a day) still matches its retry, and its events' command id stays the same.
+   */
+  static hashBeforeCanonical(query: string, params: unknown): string {
+    return sha256Hex(JSON.stringify([query, params]));
   }
 
   /** The id of one caller's keyed request, which its events carry (EventMetadata.command_id). */
@@ -73,13 +84,22 @@ export class IdempotencyKeys {
       .digest('base64url');
   }
 
-  /** Claims the key for this request, or returns the answer to replay. */
-  async begin(subject: string, key: string, requestHash: string): Promise<{ claim: Claim } | { replay: StoredResponse }> {
+  /**
+   * Claims the key for this request, or returns the answer to replay. The claim comes with the hash
+   * the key holds: `requestHash`, or one of `sameRequestHashes` a key claimed earlier holds, from
+   * which the command's id is made.
+   */
+  async begin(
+    subject: string,
+    key: string,
+    requestHash: string,
+    sameRequestHashes: string[] = [],
+  ): Promise<{ claim: Claim; requestHash: string } | { replay: StoredResponse }> {
     this.purgeExpired();
     // A key claimed by a request that commits while this statement runs is invisible to its
     // snapshot; the next statement sees it.
     for (let attempt = 0; attempt < 3; attempt++) {
-      const outcome = await this.tryBegin(subject, key, requestHash);
+      const outcome = await this.tryBegin(subject, key, [requestHash, ...sameRequestHashes]);
       if (outcome !== 'retry') return outcome;
     }
     throw new ServiceError('conflict', 'a request with this Idempotency-Key is still being processed');
@@ -88,8 +108,8 @@ export class IdempotencyKeys {
   private async tryBegin(
     subject: string,
     key: string,
-    requestHash: string,
-  ): Promise<{ claim: Claim } | { replay: StoredResponse } | 'retry'> {
+    [requestHash, ...sameRequestHashes]: [string, ...string[]],
+  ): Promise<{ claim: Claim; requestHash: string } | { replay: StoredResponse } | 'retry'> {
     const claim = randomUUID();
     const holder = this.holder();
     const { rows } = await this.pool.query<{
@@ -98,14 +118,18 @@ export class IdempotencyKeys {
       response_status: number | null;
       response_body: unknown;
     }>(
+      // A key taken over from a dead holder keeps its hash: the events its command may have
+      // written carry the id made from it.
       `WITH claimed AS (
          INSERT INTO idempotency_keys AS k (subject, key, request_hash, claim, holder_pid, holder_started)
          VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT (subject, key) DO UPDATE SET request_hash = excluded.request_hash, claim = excluded.claim,
-           holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
+         ON CONFLICT (subject, key) DO UPDATE SET
+           request_hash = CASE WHEN k.created_at < now() - make_interval(hours => ${retentionHours})
+                               THEN excluded.request_hash ELSE k.request_hash END,
+           claim = excluded.claim, holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
            response_status = NULL, response_body = NULL, created_at = now()
          WHERE k.created_at < now() - make_interval(hours => ${retentionHours})
-            OR (k.response_status IS NULL AND k.request_hash = excluded.request_hash
+            OR (k.response_status IS NULL AND k.request_hash = ANY($7::text[])
                 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = k.holder_pid AND a.backend_start = k.holder_started))
          RETURNING true AS claimed, request_hash, response_status, response_body
        )
@@ -113,12 +137,12 @@ export class IdempotencyKeys {
        UNION ALL
        SELECT false, request_hash, response_status, response_body FROM idempotency_keys
        WHERE subject = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`,
-      [subject, key, requestHash, claim, holder?.pid ?? null, holder?.startedAt ?? null],
+      [subject, key, requestHash, claim, holder?.pid ?? null, holder?.startedAt ?? null, [requestHash, ...sameRequestHashes]],
     );
     const row = rows[0];
     if (!row) return 'retry';
-    if (row.claimed) return { claim: this.holdClaim(subject, key, claim, holder) };
-    if (row.request_hash !== requestHash) {
+    if (row.claimed) return { claim: this.holdClaim(subject, key, claim, holder), requestHash: row.request_hash };
+    if (row.request_hash !== requestHash && !sameRequestHashes.includes(row.request_hash)) {
       throw new ServiceError('idempotency_key_reused', 'this Idempotency-Key was used with a different request');
     }
     if (row.response_status === null) {

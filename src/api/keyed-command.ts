@@ -17,17 +17,20 @@ export async function runKeyedCommand(options: {
   organizations: ReadonlySet<string>;
   key: string;
   requestHash: string;
+  /** Hashes of this request as releases before kept them (IdempotencyKeys.begin). */
+  sameRequestHashes: string[];
   requestId: string;
   log: FastifyBaseLogger;
-  run: () => Promise<unknown>;
+  /** Runs the command, with the hash its key holds, from which its id is made. */
+  run: (requestHash: string) => Promise<unknown>;
   /** What the request answers now to a caller without access to the organization of the kept answer. */
   lostAccess: () => ServiceError;
 }): Promise<KeyedAnswer> {
-  const { keys, subject, organizations, key, requestHash, requestId, log, run, lostAccess } = options;
+  const { keys, subject, organizations, key, requestHash, sameRequestHashes, requestId, log, run, lostAccess } = options;
   const keepFailed = (error: unknown) =>
     log.warn({ err: (error as Error).message }, 'could not keep the outcome of a keyed request; a retry finds it in the events');
 
-  const started = await keys.begin(subject, key, requestHash);
+  const started = await keys.begin(subject, key, requestHash, sameRequestHashes);
   if ('replay' in started) {
     // The caller may have lost access to the record since: a replay must not show it, and answers
     // what the request would without the key.
@@ -38,7 +41,7 @@ export async function runKeyedCommand(options: {
   const { claim } = started;
   let body: unknown;
   try {
-    body = await run();
+    body = await run(started.requestHash);
   } catch (error) {
     const serviceError = toServiceError(error);
     const status = statusOf[serviceError.code];

@@ -25,6 +25,36 @@ describe('Idempotency-Key on commands', () => {
     expect(list.body.data.items.filter((w: { name: string }) => w.name === 'Once')).toHaveLength(1);
   });
 
+  it('replays the answer to a retry whose members come in another order, which JSON gives no meaning', async () => {
+    const first = await callApi(
+      service,
+      token,
+      'create_workspace',
+      { organization_id: 'org_idem', name: 'Reordered', attributes: { b: 1, a: { y: [1, { q: 1, p: 2 }], x: 'x' } } },
+      { 'idempotency-key': 'key-reordered' },
+    );
+    const retry = await callApi(
+      service,
+      token,
+      'create_workspace',
+      { attributes: { a: { x: 'x', y: [1, { p: 2, q: 1 }] }, b: 1 }, name: 'Reordered', organization_id: 'org_idem' },
+      { 'idempotency-key': 'key-reordered' },
+    );
+    expect(first.status).toBe(200);
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get('idempotent-replayed')).toBe('true');
+    expect(retry.body).toEqual(first.body);
+    // An array's order has a meaning: the same members in another order are another request.
+    const arrayReordered = await callApi(
+      service,
+      token,
+      'create_workspace',
+      { organization_id: 'org_idem', name: 'Reordered', attributes: { b: 1, a: { y: [{ q: 1, p: 2 }, 1], x: 'x' } } },
+      { 'idempotency-key': 'key-reordered' },
+    );
+    expect(arrayReordered.status).toBe(422);
+  });
+
   it('answers 422 when the key is reused with a different request', async () => {
     expect((await create('key-reused', 'A')).status).toBe(200);
     const reused = await create('key-reused', 'B');

@@ -69,4 +69,29 @@ describe("Idempotency-Key claims (contract §2) when an instance's session is re
     await first.listener.close();
     expect(await second.keys.begin('alice', 'key-2', hash)).toHaveProperty('claim');
   });
+
+  it('matches a key that a release before kept under the hash of the members in the order sent, and keeps that hash for the command id', async () => {
+    const params = { name: 'z', id: 'ws_3' };
+    const canonical = IdempotencyKeys.hash('update_workspace', params);
+    const asSent = IdempotencyKeys.hashBeforeCanonical('update_workspace', params);
+    expect(canonical).not.toBe(asSent);
+    // An instance of the release before claimed the key, then died mid-command.
+    const before = await instance();
+    expect(await before.keys.begin('alice', 'key-3', asSent)).toHaveProperty('claim');
+    await before.listener.close();
+
+    const now = await instance();
+    const retry = await now.keys.begin('alice', 'key-3', canonical, [asSent]);
+    expect(retry).toMatchObject({ requestHash: asSent });
+    await (retry as { claim: { complete: (response: { status: number; body: unknown }) => Promise<void> } }).claim.complete({
+      status: 200,
+      body: { data: 'done' },
+    });
+    expect(await now.keys.begin('alice', 'key-3', canonical, [asSent])).toEqual({ replay: { status: 200, body: { data: 'done' } } });
+    await expect(
+      now.keys.begin('alice', 'key-3', IdempotencyKeys.hash('update_workspace', { ...params, name: 'other' })),
+    ).rejects.toMatchObject({
+      code: 'idempotency_key_reused',
+    });
+  });
 });
