@@ -48,6 +48,9 @@ const mayHoldInexactNumbers = (text: string) => /(?:\d\.?){16}|\d[eE]/.test(text
 
 type Container = { kind: 'object'; key: string } | { kind: 'array'; index: number };
 
+/** A JSON number literal where the walk stands (sticky: matched in place, however long, without copying the text after it). */
+const numberLiteral = /-?\d+(\.\d+)?([eE][+-]?\d+)?/y;
+
 /** Walks valid JSON text, tracking where it is, and checks each number literal. */
 function findInexactNumbers(text: string): ErrorDetail[] {
   const found: ErrorDetail[] = [];
@@ -79,7 +82,8 @@ function findInexactNumbers(text: string): ErrorDetail[] {
       else expectKey = true;
       at += 1;
     } else if (char === '-' || (char >= '0' && char <= '9')) {
-      const literal = /^-?\d+(\.\d+)?([eE][+-]?\d+)?/.exec(text.slice(at, at + 400))![0];
+      numberLiteral.lastIndex = at;
+      const literal = numberLiteral.exec(text)![0];
       if (!isExact(literal))
         found.push({ path: where(), message: 'is a number that cannot be stored exactly as sent; send it as a string' });
       at += literal.length;

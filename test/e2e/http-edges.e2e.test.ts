@@ -116,6 +116,27 @@ describe('bodies are stored exactly as sent, or refused', () => {
     expect(await total()).toBe(before);
   });
 
+  // Longer than any literal a double needs: the whole literal counts, not its first few hundred characters.
+  it.each([
+    ['1.000…0001', `1.${'0'.repeat(420)}1`],
+    ['0.000…0001', `0.${'0'.repeat(420)}1`],
+    ['-1.000…0001', `-1.${'0'.repeat(420)}1`],
+  ])('the %s of 423 characters and more is a validation_error, and nothing is stored', async (_label, number) => {
+    const before = await total();
+    const body = `{"query":"create_workspace","params":{"organization_id":"${org}","name":"n","attributes":{"long":${number}}}}`;
+    const response = await rawPost(service, body, jsonHeaders(token));
+    expectError(response, 400, 'validation_error');
+    expect(response.body.error.details).toEqual([{ path: 'params.attributes.long', message: expect.stringContaining('exactly') }]);
+    expect(await total()).toBe(before);
+  });
+
+  it('a long literal that a double holds exactly (trailing zeros) is stored as its value', async () => {
+    const body = `{"query":"create_workspace","params":{"organization_id":"${org}","name":"n","attributes":{"long":1.${'0'.repeat(500)}}}}`;
+    const response = await rawPost(service, body, jsonHeaders(token));
+    expect(response.status).toBe(200);
+    expect(response.body.data.attributes).toEqual({ long: 1 });
+  });
+
   it("a number out of a parameter's range is told so, and not also to be sent as a string", async () => {
     const body = `{"query":"get_workspace_history","params":{"id":"ws_x","page":9007199254740993,"size":10}}`;
     const response = await rawPost(service, body, jsonHeaders(token));
