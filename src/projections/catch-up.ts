@@ -51,16 +51,17 @@ export class ProgressSamples {
   }
 
   /**
-   * The fastest rate between two consecutive samples in the window: what the projection is known
-   * to manage when it has the events to apply, as opposed to the mean, which idle time lowers.
-   * 0 when unknown.
+   * The fastest rate between two consecutive samples in the window taken from `since` on: what the
+   * projection is known to manage when it has the events to apply (`since` the backlog was seen),
+   * as opposed to the mean, which idle time lowers. 0 when unknown.
    */
-  peakEventsPerSecond(now: number, estimate: (from: GlobalPosition, to: GlobalPosition) => number): number {
+  peakEventsPerSecond(now: number, estimate: (from: GlobalPosition, to: GlobalPosition) => number, since = -Infinity): number {
     this.forget(now);
     let peak = 0;
     for (let index = 1; index < this.samples.length; index++) {
       const [before, after] = [this.samples[index - 1]!, this.samples[index]!];
-      if (after.at > before.at) peak = Math.max(peak, estimate(before.position, after.position) / ((after.at - before.at) / 1000));
+      if (before.at >= since && after.at > before.at)
+        peak = Math.max(peak, estimate(before.position, after.position) / ((after.at - before.at) / 1000));
     }
     return peak;
   }

@@ -32,6 +32,12 @@ export class ProjectionProgress {
   /** Where the projector stopped at a dead letter (src/projections/dead-letters.ts); cleared once the projection passes it. */
   private stoppedAtDeadLetter: GlobalPosition | undefined;
   private readonly samples = new ProgressSamples();
+  /**
+   * When this instance first saw the present catch-up's backlog: only the rates measured since
+   * show what the projector manages with events to apply. Before, they show only how fast events
+   * arrived (a trickle, before a burst of imports).
+   */
+  private catchUpSeenAt: number | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -95,12 +101,15 @@ export class ProjectionProgress {
 
   /**
    * True once the projection has applied `position`; false if `timeoutMs` passed first, or at once
-   * while the projector is stopped at a dead letter: waiting cannot help then.
+   * while the projector is stopped at a dead letter: waiting cannot help then. A command's wait that
+   * runs out makes the instance not ready until the projection passes `position` (a command's
+   * events are the service's, which the checkpoint lands on); a readiness probe's does not, since
+   * the log's end it waits for may be an event the checkpoint never lands on (another program's).
    */
-  waitFor(position: GlobalPosition, timeoutMs: number): Promise<boolean> {
+  waitFor(position: GlobalPosition, timeoutMs: number, { stallOnTimeout = true } = {}): Promise<boolean> {
     if (comparePositions(this.checkpoint, position) >= 0) return Promise.resolve(true);
     if (this.stoppedAtDeadLetter) return Promise.resolve(false);
-    const reached = this.waits.wait(position, timeoutMs, { onTimeout: () => this.markStalled(position) });
+    const reached = this.waits.wait(position, timeoutMs, stallOnTimeout ? { onTimeout: () => this.markStalled(position) } : {});
     this.ensurePolling();
     return reached;
   }
@@ -133,17 +142,24 @@ export class ProjectionProgress {
   /**
    * A command's wait for `position` given up before it starts, when it is certain to fail: the
    * projection is catching up a backlog (at least {@link catchUpBacklogEvents} events before the
-   * command's), and even at the fastest rate it has shown lately it needs more than twice
-   * `timeoutMs` for it. An ordinary lag, or a rate not known, is waited for as usual. Reported as
+   * command's), and even at the fastest rate it has shown since that backlog was seen it needs
+   * more than twice `timeoutMs` for it. An ordinary lag, or a rate not known, is waited for as usual. Reported as
    * stalled, like a wait that ran out.
    */
   outOfReach(position: GlobalPosition, timeoutMs: number): boolean {
     const backlog = this.estimateEventsBetween(this.checkpoint, position);
-    if (backlog < catchUpBacklogEvents) return false;
-    const peak = this.samples.peakEventsPerSecond(performance.now(), this.estimateEventsBetween);
+    this.noteBacklog(backlog);
+    if (this.catchUpSeenAt === undefined) return false;
+    const peak = this.samples.peakEventsPerSecond(performance.now(), this.estimateEventsBetween, this.catchUpSeenAt);
     if (peak <= 0 || (backlog / peak) * 1000 <= 2 * timeoutMs) return false;
     this.markStalled(position);
     return true;
+  }
+
+  /** The events between the checkpoint and the log's end as just measured: the start (or end) of a catch-up. */
+  noteBacklog(events: number): void {
+    if (events < catchUpBacklogEvents) this.catchUpSeenAt = undefined;
+    else this.catchUpSeenAt ??= performance.now();
   }
 
   close(): void {

@@ -26,7 +26,7 @@ async function reachesEnd(
   waitMs: number,
 ): Promise<boolean> {
   if (!end || comparePositions(progress.current, end) >= 0 || !(await eventsUpTo(store, progress, end))) return true;
-  return (await progress.waitFor(end, waitMs)) || !(await eventsUpTo(store, progress, end));
+  return (await progress.waitFor(end, waitMs, { stallOnTimeout: false })) || !(await eventsUpTo(store, progress, end));
 }
 
 const endsBefore = (end: GlobalPosition | undefined, checkpoint: GlobalPosition) => comparePositions(end ?? startOfLog, checkpoint) < 0;
@@ -52,18 +52,27 @@ const confirmEndMs = 250;
 
 /** The events from the projection's checkpoint to `end`, and the seconds they take at its recent rate (NaN: no rate yet). */
 function backlogTo(store: EventStore, progress: ProjectionProgress, end: GlobalPosition | undefined): ProjectionBacklog {
-  if (!end || comparePositions(progress.current, end) >= 0) return { events: 0, catchUpSeconds: 0 };
-  return { events: store.estimateEventsBetween(progress.current, end), catchUpSeconds: progress.secondsToReach(end) ?? NaN };
+  const events = !end || comparePositions(progress.current, end) >= 0 ? 0 : store.estimateEventsBetween(progress.current, end);
+  progress.noteBacklog(events);
+  if (!end || events === 0) return { events: 0, catchUpSeconds: 0 };
+  return { events, catchUpSeconds: progress.secondsToReach(end) ?? NaN };
 }
 
 /**
  * How far behind the log's end the projection is: the events still to apply (as the store
  * estimates them) and the seconds they take at the rate the projection has moved at lately
- * (NaN while it has not moved: stopped, or just started).
+ * (NaN while it has not moved: stopped, or just started). None when no event it has to pass is
+ * left, though the log ends later with events it never lands on (EventStoreDB's `$all` holds other
+ * programs' and system events), as readiness counts it.
  */
 export async function measureBacklog(store: EventStore, progress: ProjectionProgress): Promise<ProjectionBacklog> {
   await progress.refresh();
-  return backlogTo(store, progress, await store.readLastPosition());
+  const end = await store.readLastPosition();
+  if (end && comparePositions(progress.current, end) < 0 && !(await eventsUpTo(store, progress, end))) {
+    progress.noteBacklog(0);
+    return { events: 0, catchUpSeconds: 0 };
+  }
+  return backlogTo(store, progress, end);
 }
 
 /**

@@ -3,6 +3,7 @@ import { comparePositions, startOfLog } from '../../src/eventstore/port.js';
 import { readTreeProgress } from '../../src/integrity/adapters/tables.js';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase, standInFor, testEventStore } from '../support/event-store.js';
+import { writeRawEvent } from '../support/foreign-writes.js';
 import { workspaceHistories } from '../support/generate.js';
 import { scrape, total } from '../support/metrics.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
@@ -111,6 +112,13 @@ describe('a service started on a fresh read database over a long log', () => {
     expect(response.status).toBe(200);
     expect(((await response.json()) as { data: { name: string } }).data.name).toBe('During the catch-up');
     expect(response.headers.get('x-projection-behind')).toBe('true');
+
+    // The log now ends with another program's event, which the projection never lands on
+    // (EventStoreDB's `$all` routinely ends with such events, or with system events), and probes
+    // made while the backlog lasts wait for it in vain: caught up is still caught up.
+    await writeRawEvent(databaseUrl, 'orders-1', { type: 'OrderPlaced', data: { total: 5 } });
+    expect((await readyz(service)).status).toBe(503);
+
     // Not timed (a loaded machine can take the whole wait for the command's own work): a command
     // that waited the wait out logs so before its request's line; one out of reach logs nothing.
     const requestId = response.headers.get('x-request-id')!;

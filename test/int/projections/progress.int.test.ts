@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getEventListeners } from 'node:events';
-import { RecordWriter, seededRandom } from '../../support/generate.js';
+import { comparePositions } from '../../../src/eventstore/port.js';
+import { RecordWriter, seededRandom, workspaceHistories } from '../../support/generate.js';
 import { startStack, type Stack } from '../../support/stack.js';
 import { createChangeFeed } from '../../../src/changes/adapters/feed.js';
 import { changeTypes } from '../../../src/changes/feed.js';
@@ -35,6 +36,43 @@ describe('a command behind a small lag', () => {
     expect(stack.progress.outOfReach(position, 100)).toBe(false);
     expect(stack.progress.stalled).toBe(false);
     expect(await stack.progress.waitFor(position, 5000)).toBe(true);
+  });
+});
+
+describe('a command behind a burst of imports', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.close());
+
+  it('given a trickle and then a burst of imports, is waited for until a rate is measured on the burst itself', async () => {
+    const runner = stack.runner();
+    runner.start();
+    const writer = new RecordWriter('before-burst', 'org_trickle', seededRandom(6));
+    for (let event = 0; event < 4; event++) {
+      const next = writer.next();
+      const { position } = await stack.store.append(next.streamName, next.expectedVersion, next.events);
+      next.applied();
+      expect(await stack.progress.waitFor(position, 5000)).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+    }
+    // The projector is away while 12,000 events are imported at once.
+    await runner.stop();
+    const appends = workspaceHistories('burst', 'org_trickle', 2_400, 5);
+    let last = stack.progress.current;
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        for (let next = appends.pop(); next; next = appends.pop()) {
+          const { position } = await stack.store.append(next.streamName, next.expectedVersion, next.events);
+          if (comparePositions(position, last) > 0) last = position;
+        }
+      }),
+    );
+    // Only the trickle's rate, a few events a second, is known: it says nothing of what the
+    // projector manages with a backlog to apply, so the command waits as usual.
+    expect(stack.progress.outOfReach(last, 100)).toBe(false);
+    expect(stack.progress.stalled).toBe(false);
   });
 });
 
