@@ -70,6 +70,9 @@ describe('an event the projector cannot apply', () => {
     const stopped = await scrape(`${service.url}/metrics`);
     expect(total(stopped, 'wsapi_projection_dead_letters', { state: 'blocking' })).toBe(1);
     expect(total(stopped, 'wsapi_ready', { check: 'all' })).toBe(0);
+    // By part, as the alert's description names them: the dead letter is the projection's failure.
+    const parts = stopped.series.get('wsapi_ready')!.metrics.map((sample) => `${sample.labels?.check}=${sample.value}`);
+    expect(parts.sort()).toEqual(['all=0', 'event_store=1', 'projection=0', 'read_database=1']);
 
     const listed = await tool('list');
     expect(listed.code, listed.stderr).toBe(0);
