@@ -8,6 +8,14 @@ import { blockedChannel, blockingDeadLetter } from './dead-letters.js';
 import { readCheckpoint } from './tables.js';
 
 export const progressChannel = 'projection_progress';
+/**
+ * A bulk catch-up's pace, told by the projector that runs it (`<events per second>:<events left>`):
+ * its checkpoint moves only when it is done, so there is no other rate to estimate it by.
+ */
+export const bulkPaceChannel = 'projection_bulk_pace';
+
+/** How long a bulk catch-up's last told pace is believed: it is told every 20,000 events, and its index builds tell nothing for seconds. */
+const bulkPaceLifetimeMs = 15_000;
 
 /** A backlog this large is a catch-up (a restored or new read database, a burst of imports), not the ordinary lag of a busy service. */
 export const catchUpBacklogEvents = 10_000;
@@ -38,6 +46,8 @@ export class ProjectionProgress {
    * arrived (a trickle, before a burst of imports).
    */
   private catchUpSeenAt: number | undefined;
+  /** The pace of a bulk catch-up running now (bulkPaceChannel), as last told. */
+  private bulkPace: { eventsPerSecond: number; eventsLeft: number; at: number } | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -50,6 +60,10 @@ export class ProjectionProgress {
     listener.on(progressChannel, (payload) => {
       const position = decodePosition(payload);
       if (position) this.advance(position);
+    });
+    listener.on(bulkPaceChannel, (payload) => {
+      const match = /^(\d+):(\d+)$/.exec(payload);
+      if (match) this.bulkPace = { eventsPerSecond: Number(match[1]), eventsLeft: Number(match[2]), at: performance.now() };
     });
     listener.on(blockedChannel, (payload) => {
       const position = decodePosition(payload);
@@ -81,6 +95,8 @@ export class ProjectionProgress {
   advance(position: GlobalPosition): void {
     if (comparePositions(position, this.checkpoint) <= 0) return;
     this.checkpoint = position;
+    // A bulk catch-up moves the checkpoint once, when it is done.
+    this.bulkPace = undefined;
     this.samples.record(performance.now(), position);
     if (this.stalledAt && comparePositions(position, this.stalledAt) >= 0) this.stalledAt = undefined;
     if (this.stoppedAtDeadLetter && comparePositions(position, this.stoppedAtDeadLetter) >= 0) this.stoppedAtDeadLetter = undefined;
@@ -135,8 +151,15 @@ export class ProjectionProgress {
   /** Seconds until the projection reaches `position` at its present rate; undefined when there is no rate to go by. */
   secondsToReach(position: GlobalPosition): number | undefined {
     if (comparePositions(this.checkpoint, position) >= 0) return 0;
+    const bulk = this.currentBulkPace();
+    if (bulk) return bulk.eventsLeft / bulk.eventsPerSecond;
     const rate = this.eventsPerSecond();
     return rate > 0 ? this.estimateEventsBetween(this.checkpoint, position) / rate : undefined;
+  }
+
+  private currentBulkPace(): { eventsPerSecond: number; eventsLeft: number } | undefined {
+    const pace = this.bulkPace;
+    return pace && pace.eventsPerSecond > 0 && performance.now() - pace.at <= bulkPaceLifetimeMs ? pace : undefined;
   }
 
   /**
@@ -150,8 +173,11 @@ export class ProjectionProgress {
     const backlog = this.estimateEventsBetween(this.checkpoint, position);
     this.noteBacklog(backlog);
     if (this.catchUpSeenAt === undefined) return false;
-    const peak = this.samples.peakEventsPerSecond(performance.now(), this.estimateEventsBetween, this.catchUpSeenAt);
-    if (peak <= 0 || (backlog / peak) * 1000 <= 2 * timeoutMs) return false;
+    const bulk = this.currentBulkPace();
+    const seconds = bulk
+      ? bulk.eventsLeft / bulk.eventsPerSecond
+      : backlog / this.samples.peakEventsPerSecond(performance.now(), this.estimateEventsBetween, this.catchUpSeenAt);
+    if (!Number.isFinite(seconds) || seconds * 1000 <= 2 * timeoutMs) return false;
     this.markStalled(position);
     return true;
   }

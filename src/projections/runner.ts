@@ -8,7 +8,7 @@ import { connectionSettings, isConnectionError } from '../infra/postgres.js';
 import { applyBatch, rowsToLoad, type BatchChanges, type LoadedRows } from './batch.js';
 import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
-import { progressChannel, type ProjectionProgress } from './progress.js';
+import { bulkPaceChannel, progressChannel, type ProjectionProgress } from './progress.js';
 import { rebuildReadModel } from './rebuild/index.js';
 import { RowCache } from './row-cache.js';
 import { loadRows, readCheckpoint, readRowTables, writeChanges, type RowTables } from './tables.js';
@@ -434,6 +434,13 @@ export class ProjectionRunner {
         logger,
         signal: this.abort.signal,
         cachedRows: this.options.cachedRows,
+        // Its pace, for every instance's estimate of the time to catch up (readiness, metrics, commands).
+        onProgress: ({ done, elapsedMs }) => {
+          if (done === 0 || elapsedMs <= 0) return;
+          const pace = `${Math.round(done / (elapsedMs / 1000))}:${Math.max(0, backlog - done)}`;
+          // Lost, it is told again 20,000 events later; meanwhile the estimate is unknown, as before the first.
+          client.query('SELECT pg_notify($1, $2)', [bulkPaceChannel, pace]).catch(() => undefined);
+        },
       });
       logger.info({ events: result.events, eventsPerSecond: Math.round(result.eventsPerSecond) }, 'backlog projected in bulk');
       return true;

@@ -1,10 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getEventListeners } from 'node:events';
-import { comparePositions } from '../../../src/eventstore/port.js';
-import { RecordWriter, seededRandom, workspaceHistories } from '../../support/generate.js';
+import { comparePositions, startOfLog, type GlobalPosition } from '../../../src/eventstore/port.js';
+import { RecordWriter, seededRandom, workspaceHistories, type PlannedAppend } from '../../support/generate.js';
 import { startStack, type Stack } from '../../support/stack.js';
 import { createChangeFeed } from '../../../src/changes/adapters/feed.js';
 import { changeTypes } from '../../../src/changes/feed.js';
+
+/** Appends every one of `appends` (records' histories), 16 at a time; the position of the last in the log. */
+async function appendAll(stack: Stack, appends: PlannedAppend[]): Promise<GlobalPosition> {
+  let last = startOfLog;
+  await Promise.all(
+    Array.from({ length: 16 }, async () => {
+      for (let next = appends.pop(); next; next = appends.pop()) {
+        const { position } = await stack.store.append(next.streamName, next.expectedVersion, next.events);
+        if (comparePositions(position, last) > 0) last = position;
+      }
+    }),
+  );
+  return last;
+}
 
 /**
  * The rate the projection moves at, as this instance sees it, decides whether a command may give
@@ -60,15 +74,7 @@ describe('a command behind a burst of imports', () => {
     // The projector is away while 12,000 events are imported at once.
     await runner.stop();
     const appends = workspaceHistories('burst', 'org_trickle', 2_400, 5);
-    let last = stack.progress.current;
-    await Promise.all(
-      Array.from({ length: 16 }, async () => {
-        for (let next = appends.pop(); next; next = appends.pop()) {
-          const { position } = await stack.store.append(next.streamName, next.expectedVersion, next.events);
-          if (comparePositions(position, last) > 0) last = position;
-        }
-      }),
-    );
+    const last = await appendAll(stack, appends);
     // Only the trickle's rate, a few events a second, is known: it says nothing of what the
     // projector manages with a backlog to apply, so the command waits as usual.
     expect(stack.progress.outOfReach(last, 100)).toBe(false);
@@ -110,5 +116,33 @@ describe('long polls on a long-lived signal', () => {
     stream.abort();
     expect((await aborted).items).toEqual([]);
     expect(listeners()).toBe(0);
+  });
+});
+
+/**
+ * A bulk catch-up (a fresh read database over a long log) moves the checkpoint only once, when it
+ * is done: the estimate of the time left comes from the pace its projector tells meanwhile.
+ */
+describe('a bulk catch-up', () => {
+  let stack: Stack;
+  beforeAll(async () => {
+    stack = await startStack();
+  });
+  afterAll(() => stack?.close());
+
+  it('gives every instance an estimate of the time it takes before its checkpoint moves', async () => {
+    const appends = workspaceHistories('bulk', 'org_bulk', 10_000, 5);
+    const end = await appendAll(stack, appends);
+    const estimates: number[] = [];
+    stack.runner({ bulkCatchUpEvents: 1_000 }).start();
+    while (comparePositions(stack.progress.current, startOfLog) === 0) {
+      const seconds = stack.progress.secondsToReach(end);
+      if (seconds !== undefined) estimates.push(seconds);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+      await stack.progress.refresh();
+    }
+    expect(comparePositions(stack.progress.current, end)).toBeGreaterThanOrEqual(0);
+    expect(estimates.length).toBeGreaterThan(0);
+    expect(estimates.every((seconds) => Number.isFinite(seconds) && seconds >= 0)).toBe(true);
   });
 });
