@@ -107,14 +107,20 @@ function isExact(literal: string): boolean {
   return Number.isFinite(value) && sameDecimal(canonical(literal), canonical(String(value)));
 }
 
+const zero = '0'.charCodeAt(0);
+
 /** A decimal literal as sign, significant digits and exponent, so that 1.50e2 and 150 compare equal. */
 function canonical(literal: string): { negative: boolean; digits: string; exponent: number } {
   const match = /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(literal);
   if (!match) return { negative: false, digits: literal, exponent: 0 };
   const [, sign = '', whole = '', fraction = '', exponent = '0'] = match;
   const all = whole + fraction;
-  const leading = all.length - all.replace(/^0+/, '').length;
-  const digits = all.slice(leading).replace(/0+$/, '');
+  // Plain loops: a regex for the trailing zeros takes time quadratic in a long run of zeros inside a literal.
+  let leading = 0;
+  while (leading < all.length && all.charCodeAt(leading) === zero) leading++;
+  let end = all.length;
+  while (end > leading && all.charCodeAt(end - 1) === zero) end--;
+  const digits = all.slice(leading, end);
   return { negative: sign === '-' && digits !== '', digits, exponent: Number(exponent) + whole.length - leading };
 }
 
