@@ -266,8 +266,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         subject: principal.subject,
         organizations: principal.organizations,
         key,
-        requestHash: IdempotencyKeys.hash(query, params),
-        sameRequestHashes: [IdempotencyKeys.hashBeforeCanonical(query, params)],
+        hashes: IdempotencyKeys.hashes(query, params),
         requestId: request.id,
         log: request.log,
         run: (requestHash) =>

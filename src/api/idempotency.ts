@@ -20,14 +20,19 @@ export type ClaimHolder = () => { pid: number; startedAt: string } | undefined;
 
 export type StoredResponse = { status: number; body: unknown };
 
+/** A request's fingerprints (IdempotencyKeys.hashes). */
+export type RequestHashes = { asSent: string; canonical: string };
+
 /** A key this request holds while its command runs; it then keeps the answer or gives the key back. */
 export type Claim = {
   complete(response: StoredResponse): Promise<void>;
   /**
    * Gives the key back so a retry runs at once. Safe whatever the command did: a keyed command's
-   * events carry its id, so a retry answers what was stored instead of doing it again.
+   * events carry its id, so a retry answers what was stored instead of doing it again. The key
+   * keeps the request (its hashes, from which that id is made) for its day, unless the command is
+   * known to have done nothing (`ranNothing`): then the key is free for any request.
    */
-  release(): Promise<void>;
+  release(options?: { ranNothing?: boolean }): Promise<void>;
 };
 
 /**
@@ -62,19 +67,14 @@ export class IdempotencyKeys {
   }
 
   /**
-   * What makes two requests the same request: their RFC 8785 canonical JSON, so that a retry whose
-   * members come in another order (JSON gives their order no meaning) is the same request.
+   * A request's two fingerprints. `asSent`: its members in the order sent, the one every release
+   * has kept, so that instances of releases side by side (a rolling deploy) agree, and from which
+   * the command's id is made (a retry that another release answered finds the same events).
+   * `canonical`: its RFC 8785 canonical JSON, which a retry whose members come in another order
+   * (JSON gives their order no meaning) shares.
    */
-  static hash(query: string, params: unknown): string {
-    return sha256Hex(canonicalJson([query, params]));
-  }
-
-  /**
-   * The hash releases before 2026-11-28 kept, over the members in the order sent: a key one of them
-   * claimed (kept for a day) still matches its retry, and its events' command id stays the same.
-   */
-  static hashBeforeCanonical(query: string, params: unknown): string {
-    return sha256Hex(JSON.stringify([query, params]));
+  static hashes(query: string, params: unknown): RequestHashes {
+    return { asSent: sha256Hex(JSON.stringify([query, params])), canonical: sha256Hex(canonicalJson([query, params])) };
   }
 
   /** The id of one caller's keyed request, which its events carry (EventMetadata.command_id). */
@@ -85,21 +85,19 @@ export class IdempotencyKeys {
   }
 
   /**
-   * Claims the key for this request, or returns the answer to replay. The claim comes with the hash
-   * the key holds: `requestHash`, or one of `sameRequestHashes` a key claimed earlier holds, from
-   * which the command's id is made.
+   * Claims the key for this request, or returns the answer to replay. The claim comes with the
+   * as-sent hash the key holds, the first request's, from which the command's id is made.
    */
   async begin(
     subject: string,
     key: string,
-    requestHash: string,
-    sameRequestHashes: string[] = [],
+    hashes: RequestHashes,
   ): Promise<{ claim: Claim; requestHash: string } | { replay: StoredResponse }> {
     this.purgeExpired();
     // A key claimed by a request that commits while this statement runs is invisible to its
     // snapshot; the next statement sees it.
     for (let attempt = 0; attempt < 3; attempt++) {
-      const outcome = await this.tryBegin(subject, key, [requestHash, ...sameRequestHashes]);
+      const outcome = await this.tryBegin(subject, key, hashes);
       if (outcome !== 'retry') return outcome;
     }
     throw new ServiceError('conflict', 'a request with this Idempotency-Key is still being processed');
@@ -108,41 +106,45 @@ export class IdempotencyKeys {
   private async tryBegin(
     subject: string,
     key: string,
-    [requestHash, ...sameRequestHashes]: [string, ...string[]],
+    { asSent, canonical }: RequestHashes,
   ): Promise<{ claim: Claim; requestHash: string } | { replay: StoredResponse } | 'retry'> {
     const claim = randomUUID();
     const holder = this.holder();
     const { rows } = await this.pool.query<{
       claimed: boolean;
       request_hash: string;
+      canonical_hash: string | null;
       response_status: number | null;
       response_body: unknown;
     }>(
-      // A key taken over from a dead holder keeps its hash: the events its command may have
-      // written carry the id made from it.
+      // A key taken over (from a dead holder, or given back) keeps its hashes: the events its
+      // command may have written carry the id made from them. Keys of releases before
+      // canonical_hash have none, and match only the same members in the same order.
       `WITH claimed AS (
-         INSERT INTO idempotency_keys AS k (subject, key, request_hash, claim, holder_pid, holder_started)
-         VALUES ($1, $2, $3, $4, $5, $6)
+         INSERT INTO idempotency_keys AS k (subject, key, request_hash, canonical_hash, claim, holder_pid, holder_started)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)
          ON CONFLICT (subject, key) DO UPDATE SET
            request_hash = CASE WHEN k.created_at < now() - make_interval(hours => ${retentionHours})
                                THEN excluded.request_hash ELSE k.request_hash END,
+           canonical_hash = CASE WHEN k.created_at < now() - make_interval(hours => ${retentionHours})
+                                 THEN excluded.canonical_hash ELSE k.canonical_hash END,
            claim = excluded.claim, holder_pid = excluded.holder_pid, holder_started = excluded.holder_started,
            response_status = NULL, response_body = NULL, created_at = now()
          WHERE k.created_at < now() - make_interval(hours => ${retentionHours})
-            OR (k.response_status IS NULL AND k.request_hash = ANY($7::text[])
+            OR (k.response_status IS NULL AND (k.request_hash = excluded.request_hash OR k.canonical_hash = excluded.canonical_hash)
                 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = k.holder_pid AND a.backend_start = k.holder_started))
-         RETURNING true AS claimed, request_hash, response_status, response_body
+         RETURNING true AS claimed, request_hash, canonical_hash, response_status, response_body
        )
        SELECT * FROM claimed
        UNION ALL
-       SELECT false, request_hash, response_status, response_body FROM idempotency_keys
+       SELECT false, request_hash, canonical_hash, response_status, response_body FROM idempotency_keys
        WHERE subject = $1 AND key = $2 AND NOT EXISTS (SELECT 1 FROM claimed)`,
-      [subject, key, requestHash, claim, holder?.pid ?? null, holder?.startedAt ?? null, [requestHash, ...sameRequestHashes]],
+      [subject, key, asSent, canonical, claim, holder?.pid ?? null, holder?.startedAt ?? null],
     );
     const row = rows[0];
     if (!row) return 'retry';
     if (row.claimed) return { claim: this.holdClaim(subject, key, claim, holder), requestHash: row.request_hash };
-    if (row.request_hash !== requestHash && !sameRequestHashes.includes(row.request_hash)) {
+    if (row.request_hash !== asSent && row.canonical_hash !== canonical) {
       throw new ServiceError('idempotency_key_reused', 'this Idempotency-Key was used with a different request');
     }
     if (row.response_status === null) {
@@ -206,9 +208,17 @@ export class IdempotencyKeys {
           JSON.stringify(response.body),
         ]);
       },
-      release: async () => {
+      // Kept, the key is held by nobody: a retry takes it over at once and keeps its hashes, so
+      // that one whose members come in another order still makes the same command id.
+      release: async ({ ranNothing = false } = {}) => {
         this.held.delete(claim);
-        await this.pool.query(`DELETE FROM idempotency_keys WHERE ${owned} AND response_status IS NULL`, [subject, key, claim]);
+        await this.pool.query(
+          ranNothing
+            ? `DELETE FROM idempotency_keys WHERE ${owned} AND response_status IS NULL`
+            : `UPDATE idempotency_keys SET claim = gen_random_uuid(), holder_pid = NULL, holder_started = NULL
+               WHERE ${owned} AND response_status IS NULL`,
+          [subject, key, claim],
+        );
       },
     };
   }

@@ -1,7 +1,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { ServiceError } from '../errors.js';
 import { errorBody, statusOf, toServiceError } from './errors.js';
-import type { IdempotencyKeys } from './idempotency.js';
+import type { IdempotencyKeys, RequestHashes } from './idempotency.js';
 
 export type KeyedAnswer = { status: number; body: unknown; replayed: boolean };
 
@@ -16,21 +16,19 @@ export async function runKeyedCommand(options: {
   subject: string;
   organizations: ReadonlySet<string>;
   key: string;
-  requestHash: string;
-  /** Hashes of this request as releases before kept them (IdempotencyKeys.begin). */
-  sameRequestHashes: string[];
+  hashes: RequestHashes;
   requestId: string;
   log: FastifyBaseLogger;
-  /** Runs the command, with the hash its key holds, from which its id is made. */
+  /** Runs the command, with the hash its key holds (the first request's as sent), from which its id is made. */
   run: (requestHash: string) => Promise<unknown>;
   /** What the request answers now to a caller without access to the organization of the kept answer. */
   lostAccess: () => ServiceError;
 }): Promise<KeyedAnswer> {
-  const { keys, subject, organizations, key, requestHash, sameRequestHashes, requestId, log, run, lostAccess } = options;
+  const { keys, subject, organizations, key, hashes, requestId, log, run, lostAccess } = options;
   const keepFailed = (error: unknown) =>
     log.warn({ err: (error as Error).message }, 'could not keep the outcome of a keyed request; a retry finds it in the events');
 
-  const started = await keys.begin(subject, key, requestHash, sameRequestHashes);
+  const started = await keys.begin(subject, key, hashes);
   if ('replay' in started) {
     // The caller may have lost access to the record since: a replay must not show it, and answers
     // what the request would without the key.
@@ -47,9 +45,13 @@ export async function runKeyedCommand(options: {
     const status = statusOf[serviceError.code];
     // After a 5xx the key is given back: a retry runs at once and, if the events did land,
     // answers what they did (they carry the command's id). So it is after a 429 (the record's
-    // queue was full), which did nothing and asks to be retried.
-    const final = status < 500 && status !== statusOf.rate_limited;
-    await (final ? claim.complete({ status, body: errorBody(serviceError, requestId) }) : claim.release()).catch(keepFailed);
+    // queue was full), which did nothing and asks to be retried: that key is free for any request.
+    const rateLimited = status === statusOf.rate_limited;
+    await (
+      status < 500 && !rateLimited
+        ? claim.complete({ status, body: errorBody(serviceError, requestId) })
+        : claim.release({ ranNothing: rateLimited })
+    ).catch(keepFailed);
     throw error;
   }
   // The command's events are stored: its answer stands even if keeping it for replays fails.

@@ -110,7 +110,7 @@ describe('Idempotency-Key: the events are the evidence of what a keyed command d
     let first: unknown;
     const stream = () => workspaceStream(workspaceId);
     const commandIdOf = (key: string, params: unknown) =>
-      IdempotencyKeys.commandId('user-1', key, IdempotencyKeys.hash('update_workspace', params));
+      IdempotencyKeys.commandId('user-1', key, IdempotencyKeys.hashes('update_workspace', params).asSent);
     const indexed = async () =>
       (
         await database.query<{ command_id: string; first_version: string; last_version: string }>(

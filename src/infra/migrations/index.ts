@@ -16,6 +16,7 @@ import { webhookHeads } from './0015-webhook-heads.js';
 import { disabledWebhooksParked } from './0016-disabled-webhooks-parked.js';
 import { retiredWebhookSecrets } from './0017-retired-webhook-secrets.js';
 import { webhookStart } from './0018-webhook-start.js';
+import { idempotencyCanonicalHash } from './0019-idempotency-canonical-hash.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -40,4 +41,5 @@ export const migrations: readonly Migration[] = [
   disabledWebhooksParked,
   retiredWebhookSecrets,
   webhookStart,
+  idempotencyCanonicalHash,
 ];

@@ -1,6 +1,7 @@
+import { createHash } from 'node:crypto';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { IdempotencyKeys } from '../../../src/api/idempotency.js';
+import { IdempotencyKeys, type Claim } from '../../../src/api/idempotency.js';
 import { migrate } from '../../../src/infra/migrate.js';
 import { createPool, PgListener, type Pool } from '../../../src/infra/postgres.js';
 import { createTestDatabase } from '../../support/database.js';
@@ -35,7 +36,7 @@ describe("Idempotency-Key claims (contract §2) when an instance's session is re
   it("keeps a running request's claim when its instance's LISTEN connection is reset and made again: a retry elsewhere gets 409", async () => {
     const first = await instance();
     const second = await instance();
-    const hash = IdempotencyKeys.hash('update_workspace', { id: 'ws_1', name: 'x' });
+    const hash = IdempotencyKeys.hashes('update_workspace', { id: 'ws_1', name: 'x' });
     const running = await first.keys.begin('alice', 'key-1', hash);
     expect(running).toHaveProperty('claim');
 
@@ -64,34 +65,50 @@ describe("Idempotency-Key claims (contract §2) when an instance's session is re
   it('frees a claim at once when its instance is gone for good', async () => {
     const first = await instance();
     const second = await instance();
-    const hash = IdempotencyKeys.hash('update_workspace', { id: 'ws_2', name: 'y' });
+    const hash = IdempotencyKeys.hashes('update_workspace', { id: 'ws_2', name: 'y' });
     expect(await first.keys.begin('alice', 'key-2', hash)).toHaveProperty('claim');
     await first.listener.close();
     expect(await second.keys.begin('alice', 'key-2', hash)).toHaveProperty('claim');
   });
 
-  it('matches a key that a release before kept under the hash of the members in the order sent, and keeps that hash for the command id', async () => {
+  it('matches a key that a release before kept (no canonical hash) with a retry of the members in the same order, and keeps its hash', async () => {
     const params = { name: 'z', id: 'ws_3' };
-    const canonical = IdempotencyKeys.hash('update_workspace', params);
-    const asSent = IdempotencyKeys.hashBeforeCanonical('update_workspace', params);
-    expect(canonical).not.toBe(asSent);
+    const hashes = IdempotencyKeys.hashes('update_workspace', params);
+    // The hash every release before kept, and made its command ids from: a retry answered by this
+    // release finds the events a command of that release wrote.
+    expect(hashes.asSent).toBe(
+      createHash('sha256')
+        .update(JSON.stringify(['update_workspace', params]))
+        .digest('hex'),
+    );
     // An instance of the release before claimed the key, then died mid-command.
-    const before = await instance();
-    expect(await before.keys.begin('alice', 'key-3', asSent)).toHaveProperty('claim');
-    await before.listener.close();
+    await pool.query(
+      `INSERT INTO idempotency_keys (subject, key, request_hash, claim, holder_pid, holder_started) VALUES ('alice', 'key-3', $1, gen_random_uuid(), -1, now())`,
+      [hashes.asSent],
+    );
+    const { keys } = await instance();
+    const retry = await keys.begin('alice', 'key-3', hashes);
+    expect(retry).toMatchObject({ requestHash: hashes.asSent });
+    await (retry as { claim: Claim }).claim.complete({ status: 200, body: { data: 'done' } });
+    expect(await keys.begin('alice', 'key-3', hashes)).toEqual({ replay: { status: 200, body: { data: 'done' } } });
+    const other = IdempotencyKeys.hashes('update_workspace', { ...params, name: 'other' });
+    await expect(keys.begin('alice', 'key-3', other)).rejects.toMatchObject({ code: 'idempotency_key_reused' });
+  });
 
-    const now = await instance();
-    const retry = await now.keys.begin('alice', 'key-3', canonical, [asSent]);
-    expect(retry).toMatchObject({ requestHash: asSent });
-    await (retry as { claim: { complete: (response: { status: number; body: unknown }) => Promise<void> } }).claim.complete({
-      status: 200,
-      body: { data: 'done' },
-    });
-    expect(await now.keys.begin('alice', 'key-3', canonical, [asSent])).toEqual({ replay: { status: 200, body: { data: 'done' } } });
-    await expect(
-      now.keys.begin('alice', 'key-3', IdempotencyKeys.hash('update_workspace', { ...params, name: 'other' })),
-    ).rejects.toMatchObject({
-      code: 'idempotency_key_reused',
-    });
+  it("keeps a key given back after a failure with its hashes: a retry with the members in another order takes it with the first request's command id", async () => {
+    const { keys } = await instance();
+    const first = IdempotencyKeys.hashes('create_workspace', { organization_id: 'org_a', name: 'n' });
+    const reordered = IdempotencyKeys.hashes('create_workspace', { name: 'n', organization_id: 'org_a' });
+    expect(reordered.canonical).toBe(first.canonical);
+    expect(reordered.asSent).not.toBe(first.asSent);
+    const failed = await keys.begin('alice', 'key-4', first);
+    await (failed as { claim: Claim }).claim.release();
+
+    const retry = await keys.begin('alice', 'key-4', reordered);
+    expect(retry).toMatchObject({ requestHash: first.asSent });
+    await (retry as { claim: Claim }).claim.release();
+    // Given back, the key still holds the request: another request with it is refused.
+    const other = IdempotencyKeys.hashes('create_workspace', { organization_id: 'org_a', name: 'other' });
+    await expect(keys.begin('alice', 'key-4', other)).rejects.toMatchObject({ code: 'idempotency_key_reused' });
   });
 });
