@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { ProjectionBacklog, Readiness } from './readiness.js';
+import { readinessParts, type ProjectionBacklog, type Readiness } from './readiness.js';
 
 /** Every metric name starts with this, the process metrics included. */
 export const metricPrefix = 'wsapi_';
@@ -11,9 +11,6 @@ const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
  * Command steps, finer below 50 ms: the projection wait's target is 10 ms at p99 (docs/production.md),
  * which the request buckets cannot tell from 25 or 50 ms.
  */
-/** The parts of readiness, each a `check` of `wsapi_ready`. */
-const readinessParts = ['event_store', 'read_database', 'projection'];
-
 const stepBuckets = [
   0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1,
   2.5, 5, 10,

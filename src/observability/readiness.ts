@@ -7,5 +7,8 @@
  */
 export type Readiness = { ready: boolean; checks: Record<string, string | number | null> };
 
+/** The checks readiness passes or fails, each a `check` of `wsapi_ready`; the others describe a failure. */
+export const readinessParts = ['event_store', 'read_database', 'projection'] as const;
+
 /** Events the projection has still to apply, and the seconds that takes at its recent rate (NaN: unknown). */
 export type ProjectionBacklog = { events: number; catchUpSeconds: number };

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { readPage } from '../eventstore/event-log.js';
-import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { PgListener, Pool } from '../infra/postgres.js';
 import { ProgressSamples } from './catch-up.js';
 import { PositionWaits } from './position-waits.js';
@@ -9,10 +9,23 @@ import { readCheckpoint } from './tables.js';
 
 export const progressChannel = 'projection_progress';
 /**
- * A bulk catch-up's pace, told by the projector that runs it (`<events per second>:<events left>`):
- * its checkpoint moves only when it is done, so there is no other rate to estimate it by.
+ * A bulk catch-up's pace, told by the projector that runs it: its checkpoint moves only when it is
+ * done, so there is no other rate to estimate it by.
  */
 export const bulkPaceChannel = 'projection_bulk_pace';
+
+/** What a bulk catch-up tells: its rate, the events it has left, and the checkpoint it started from and the log's end it goes to. */
+export type BulkPace = { eventsPerSecond: number; eventsLeft: number; from: GlobalPosition; to: GlobalPosition };
+
+export const encodeBulkPace = (pace: BulkPace): string =>
+  [Math.round(pace.eventsPerSecond), Math.round(pace.eventsLeft), encodePosition(pace.from), encodePosition(pace.to)].join('/');
+
+function decodeBulkPace(payload: string): BulkPace | undefined {
+  const [eventsPerSecond, eventsLeft, from, to] = payload.split('/');
+  const [fromPosition, toPosition] = [decodePosition(from ?? ''), decodePosition(to ?? '')];
+  if (!/^\d+$/.test(eventsPerSecond ?? '') || !/^\d+$/.test(eventsLeft ?? '') || !fromPosition || !toPosition) return undefined;
+  return { eventsPerSecond: Number(eventsPerSecond), eventsLeft: Number(eventsLeft), from: fromPosition, to: toPosition };
+}
 
 /** How long a bulk catch-up's last told pace is believed: it is told every 20,000 events, and its index builds tell nothing for seconds. */
 const bulkPaceLifetimeMs = 15_000;
@@ -47,7 +60,7 @@ export class ProjectionProgress {
    */
   private catchUpSeenAt: number | undefined;
   /** The pace of a bulk catch-up running now (bulkPaceChannel), as last told. */
-  private bulkPace: { eventsPerSecond: number; eventsLeft: number; at: number } | undefined;
+  private bulkPace: (BulkPace & { at: number }) | undefined;
 
   constructor(
     private readonly pool: Pool,
@@ -62,8 +75,8 @@ export class ProjectionProgress {
       if (position) this.advance(position);
     });
     listener.on(bulkPaceChannel, (payload) => {
-      const match = /^(\d+):(\d+)$/.exec(payload);
-      if (match) this.bulkPace = { eventsPerSecond: Number(match[1]), eventsLeft: Number(match[2]), at: performance.now() };
+      const pace = decodeBulkPace(payload);
+      if (pace) this.bulkPace = { ...pace, at: performance.now() };
     });
     listener.on(blockedChannel, (payload) => {
       const position = decodePosition(payload);
@@ -151,15 +164,22 @@ export class ProjectionProgress {
   /** Seconds until the projection reaches `position` at its present rate; undefined when there is no rate to go by. */
   secondsToReach(position: GlobalPosition): number | undefined {
     if (comparePositions(this.checkpoint, position) >= 0) return 0;
-    const bulk = this.currentBulkPace();
-    if (bulk) return bulk.eventsLeft / bulk.eventsPerSecond;
+    const bulk = this.bulkSecondsTo(position);
+    if (bulk !== undefined) return bulk;
     const rate = this.eventsPerSecond();
     return rate > 0 ? this.estimateEventsBetween(this.checkpoint, position) / rate : undefined;
   }
 
-  private currentBulkPace(): { eventsPerSecond: number; eventsLeft: number } | undefined {
+  /**
+   * Seconds until a bulk catch-up running now reaches `position`, at the pace it last told; undefined
+   * when none runs from this checkpoint (a pace told by a projector replaced since is not believed).
+   */
+  private bulkSecondsTo(position: GlobalPosition): number | undefined {
     const pace = this.bulkPace;
-    return pace && pace.eventsPerSecond > 0 && performance.now() - pace.at <= bulkPaceLifetimeMs ? pace : undefined;
+    if (!pace || pace.eventsPerSecond <= 0 || performance.now() - pace.at > bulkPaceLifetimeMs) return undefined;
+    if (comparePositions(pace.from, this.checkpoint) !== 0) return undefined;
+    const beyond = comparePositions(position, pace.to) > 0 ? this.estimateEventsBetween(pace.to, position) : 0;
+    return (pace.eventsLeft + beyond) / pace.eventsPerSecond;
   }
 
   /**
@@ -170,13 +190,14 @@ export class ProjectionProgress {
    * stalled, like a wait that ran out.
    */
   outOfReach(position: GlobalPosition, timeoutMs: number): boolean {
+    // Applied already (a keyed retry answered from old events): no wait, and no news of the backlog.
+    if (comparePositions(this.checkpoint, position) >= 0) return false;
     const backlog = this.estimateEventsBetween(this.checkpoint, position);
     this.noteBacklog(backlog);
     if (this.catchUpSeenAt === undefined) return false;
-    const bulk = this.currentBulkPace();
-    const seconds = bulk
-      ? bulk.eventsLeft / bulk.eventsPerSecond
-      : backlog / this.samples.peakEventsPerSecond(performance.now(), this.estimateEventsBetween, this.catchUpSeenAt);
+    const seconds =
+      this.bulkSecondsTo(position) ??
+      backlog / this.samples.peakEventsPerSecond(performance.now(), this.estimateEventsBetween, this.catchUpSeenAt);
     if (!Number.isFinite(seconds) || seconds * 1000 <= 2 * timeoutMs) return false;
     this.markStalled(position);
     return true;

@@ -1,6 +1,6 @@
 import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
-import type { ProjectionBacklog, Readiness } from '../observability/readiness.js';
+import { readinessParts, type ProjectionBacklog, type Readiness } from '../observability/readiness.js';
 import { blockingDeadLetter } from './dead-letters.js';
 import type { ProjectionProgress } from './progress.js';
 
@@ -134,5 +134,5 @@ export async function checkReadiness(options: {
     }
   }
   const passed = (value: unknown) => value === 'ok' || value === 'caught_up';
-  return { ready: ['event_store', 'read_database', 'projection'].every((name) => passed(checks[name])), checks };
+  return { ready: readinessParts.every((name) => passed(checks[name])), checks };
 }

@@ -8,7 +8,7 @@ import { connectionSettings, isConnectionError } from '../infra/postgres.js';
 import { applyBatch, rowsToLoad, type BatchChanges, type LoadedRows } from './batch.js';
 import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
-import { bulkPaceChannel, progressChannel, type ProjectionProgress } from './progress.js';
+import { bulkPaceChannel, encodeBulkPace, progressChannel, type BulkPace, type ProjectionProgress } from './progress.js';
 import { rebuildReadModel } from './rebuild/index.js';
 import { RowCache } from './row-cache.js';
 import { loadRows, readCheckpoint, readRowTables, writeChanges, type RowTables } from './tables.js';
@@ -424,9 +424,27 @@ export class ProjectionRunner {
     const backlog = store.estimateEventsBetween(checkpoint, end);
     if (backlog < bulkCatchUpEvents || backlog * 2 < store.estimateEventsBetween(startOfLog, end)) return false;
     logger.info({ backlog }, 'projector far behind: projecting the backlog as a rebuild does, in bulk');
-    // The sign of life goes on meanwhile, or a standby would take over. Should this projector have
-    // been replaced after all, the renewal after the rebuild fails the same way and ends its session.
-    const renewing = setInterval(() => this.renew(client).catch(() => undefined), this.options.renewEveryMs ?? 500);
+    // The sign of life goes on meanwhile, or a standby would take over, and with it the pace, for
+    // every instance's estimate of the time left (readiness, metrics, commands): on the leader's
+    // connection, one statement at a time. Should this projector have been replaced after all, the
+    // renewal after the rebuild fails the same way and ends its session; a pace lost meanwhile is
+    // told again 20,000 events later (until then, the last one told stands for 15 s).
+    const total = store.estimateEventsBetween(startOfLog, end);
+    let pace: BulkPace | undefined;
+    let ticking = false;
+    const tick = async () => {
+      if (ticking) return;
+      ticking = true;
+      try {
+        await this.renew(client);
+        const told = pace;
+        pace = undefined;
+        if (told) await client.query('SELECT pg_notify($1, $2)', [bulkPaceChannel, encodeBulkPace(told)]);
+      } finally {
+        ticking = false;
+      }
+    };
+    const renewing = setInterval(() => void tick().catch(() => undefined), this.options.renewEveryMs ?? 500);
     try {
       const result = await rebuildReadModel({
         connectionString: this.options.connectionString,
@@ -434,12 +452,10 @@ export class ProjectionRunner {
         logger,
         signal: this.abort.signal,
         cachedRows: this.options.cachedRows,
-        // Its pace, for every instance's estimate of the time to catch up (readiness, metrics, commands).
-        onProgress: ({ done, elapsedMs }) => {
-          if (done === 0 || elapsedMs <= 0) return;
-          const pace = `${Math.round(done / (elapsedMs / 1000))}:${Math.max(0, backlog - done)}`;
-          // Lost, it is told again 20,000 events later; meanwhile the estimate is unknown, as before the first.
-          client.query('SELECT pg_notify($1, $2)', [bulkPaceChannel, pace]).catch(() => undefined);
+        // Events are counted from the log's start, wherever the checkpoint was.
+        onProgress: ({ phase, done, elapsedMs }) => {
+          if (phase !== 'copying' || done === 0 || elapsedMs <= 0) return;
+          pace = { eventsPerSecond: done / (elapsedMs / 1000), eventsLeft: Math.max(0, total - done), from: checkpoint, to: end };
         },
       });
       logger.info({ events: result.events, eventsPerSecond: Math.round(result.eventsPerSecond) }, 'backlog projected in bulk');

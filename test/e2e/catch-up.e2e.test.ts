@@ -115,7 +115,8 @@ describe('a service started on a fresh read database over a long log', () => {
 
     // The log now ends with another program's event, which the projection never lands on
     // (EventStoreDB's `$all` routinely ends with such events, or with system events), and probes
-    // made while the backlog lasts wait for it in vain: caught up is still caught up.
+    // made while the backlog lasts wait for it in vain; once caught up (below), the service is
+    // ready and its backlog 0 all the same.
     await writeRawEvent(databaseUrl, 'orders-1', { type: 'OrderPlaced', data: { total: 5 } });
     expect((await readyz(service)).status).toBe(503);
 
