@@ -78,7 +78,7 @@ function sizeRule(issue: Issue & { code: 'too_small' | 'too_big' }): string {
   const bound = issue.code === 'too_small' ? issue.minimum : issue.maximum;
   const units = issue.origin === 'string' ? 'characters' : issue.origin === 'array' || issue.origin === 'set' ? 'items' : undefined;
   const verb = units === 'items' ? 'must have' : 'must be';
-  const amount = (value: number | bigint) => (units ? `${value} ${units}` : `${value}`);
+  const amount = (value: number | bigint) => (units ? `${value} ${Number(value) === 1 ? units.slice(0, -1) : units}` : `${value}`);
   if (issue.exact) return `${verb} exactly ${amount(bound)}`;
   const bounds = issue.inclusive === false ? undefined : bothBounds(issue);
   if (bounds) {
