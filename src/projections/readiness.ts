@@ -68,11 +68,8 @@ function backlogTo(store: EventStore, progress: ProjectionProgress, end: GlobalP
 export async function measureBacklog(store: EventStore, progress: ProjectionProgress): Promise<ProjectionBacklog> {
   await progress.refresh();
   const end = await store.readLastPosition();
-  if (end && comparePositions(progress.current, end) < 0 && !(await eventsUpTo(store, progress, end))) {
-    progress.noteBacklog(0);
-    return { events: 0, catchUpSeconds: 0 };
-  }
-  return backlogTo(store, progress, end);
+  const nothingToPass = end !== undefined && comparePositions(progress.current, end) < 0 && !(await eventsUpTo(store, progress, end));
+  return backlogTo(store, progress, nothingToPass ? undefined : end);
 }
 
 /**

@@ -422,14 +422,15 @@ export class ProjectionRunner {
     const end = await store.readLastPosition();
     if (!end) return false;
     const backlog = store.estimateEventsBetween(checkpoint, end);
-    if (backlog < bulkCatchUpEvents || backlog * 2 < store.estimateEventsBetween(startOfLog, end)) return false;
+    // The whole log, as the bulk load reads it from its start, wherever the checkpoint was.
+    const total = store.estimateEventsBetween(startOfLog, end);
+    if (backlog < bulkCatchUpEvents || backlog * 2 < total) return false;
     logger.info({ backlog }, 'projector far behind: projecting the backlog as a rebuild does, in bulk');
     // The sign of life goes on meanwhile, or a standby would take over, and with it the pace, for
     // every instance's estimate of the time left (readiness, metrics, commands): on the leader's
     // connection, one statement at a time. Should this projector have been replaced after all, the
     // renewal after the rebuild fails the same way and ends its session; a pace lost meanwhile is
     // told again 20,000 events later (until then, the last one told stands for 15 s).
-    const total = store.estimateEventsBetween(startOfLog, end);
     let pace: BulkPace | undefined;
     let ticking = false;
     const tick = async () => {
@@ -452,7 +453,6 @@ export class ProjectionRunner {
         logger,
         signal: this.abort.signal,
         cachedRows: this.options.cachedRows,
-        // Events are counted from the log's start, wherever the checkpoint was.
         onProgress: ({ phase, done, elapsedMs }) => {
           if (phase !== 'copying' || done === 0 || elapsedMs <= 0) return;
           pace = { eventsPerSecond: done / (elapsedMs / 1000), eventsLeft: Math.max(0, total - done), from: checkpoint, to: end };
