@@ -39,6 +39,13 @@ export class RetryLater extends ServiceError {
   }
 }
 
+/** 503 `unavailable` to a request that arrived after a stop began: planned, so not logged as a failure. */
+export class ShuttingDown extends ServiceError {
+  constructor() {
+    super('unavailable', 'the service is shutting down; retry on another instance');
+  }
+}
+
 export const notFound = (what: string) => new ServiceError('not_found', `${what} not found`);
 
 /** `create_workspace` naming an organization the token does not grant (contract §2). */

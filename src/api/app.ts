@@ -3,7 +3,7 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
-import { notFound, organizationNotGranted, ServiceError } from '../errors.js';
+import { notFound, organizationNotGranted, ServiceError, ShuttingDown } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Readiness } from '../observability/readiness.js';
@@ -181,7 +181,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       throw new ServiceError('bad_request', 'the request has no Host header');
     }
     // Read after the stop began, behind an answer saying `connection: close`: the client takes it as not done, so it is not.
-    if (connections.closing()) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
+    if (connections.closing()) throw new ShuttingDown();
   });
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(

@@ -2,7 +2,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Gauge } from 'prom-client';
 import { decodeCursor } from '../changes/cursor.js';
 import type { Change, ChangePage, ChangeQuery } from '../changes/feed.js';
-import { ServiceError } from '../errors.js';
+import { ServiceError, ShuttingDown } from '../errors.js';
 
 /**
  * `list_changes` as Server-Sent Events (contract §14): one event per change (`id:` its cursor,
@@ -94,7 +94,7 @@ export class ChangeStreams {
       // The first page is read before the headers: a failure there (the read database refusing
       // sessions, say) is the usual JSON error body, not a 200 and an empty stream.
       first = await stream.listChanges({ ...stream.query, after }, 0, signal);
-      if (signal.aborted) throw new ServiceError('unavailable', 'the service is shutting down; retry on another instance');
+      if (signal.aborted) throw new ShuttingDown();
     } catch (error) {
       this.release(controller, stream.subject);
       throw error;

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { InvalidValue, RecordIdTaken, RecordNotFound } from '../domain/errors.js';
-import { RetryLater, ServiceError, type ErrorCode, type ErrorDetail } from '../errors.js';
+import { RetryLater, ServiceError, ShuttingDown, type ErrorCode, type ErrorDetail } from '../errors.js';
 import { EventStoreUnavailable } from '../eventstore/port.js';
 import { isConnectionError } from '../infra/postgres.js';
 
@@ -68,7 +68,7 @@ export function sendServiceError(
   cause: unknown = serviceError,
 ): FastifyReply {
   const status = statusOf[serviceError.code];
-  if (status >= 500) request.log.error({ err: cause }, 'request failed');
+  if (status >= 500 && !(serviceError instanceof ShuttingDown)) request.log.error({ err: cause }, 'request failed');
   else request.log.info({ code: serviceError.code }, serviceError.message);
   if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');
   if (serviceError instanceof RetryLater) reply.header('Retry-After', String(serviceError.retryAfterSeconds));

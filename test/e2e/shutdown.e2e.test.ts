@@ -27,11 +27,20 @@ describe('shutdown with stalled connections', () => {
     return { service, stack };
   }
 
+  /** A `POST /api` as it goes on the wire. */
+  function rawPost(token: string, query: string, params: object): string {
+    const body = JSON.stringify({ query, params });
+    return (
+      `POST /api HTTP/1.1\r\nHost: localhost\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\n` +
+      `content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+    );
+  }
+
   /** A raw connection that writes `text` and then stalls; `closed` settles with what the server sent before closing it, and when. */
   async function stalledConnection(
     service: ServiceProcess,
     text: string,
-  ): Promise<{ closed: Promise<{ received: string; at: number }>; send: (more: string) => void }> {
+  ): Promise<{ closed: Promise<{ received: string; at: number }>; send: (more: string) => void; received: () => string }> {
     const { hostname, port } = new URL(service.url);
     // Half-open allowed: like a client that never closes its side, it keeps the connection until the server ends it.
     const socket: Socket = connect({ port: Number(port), host: hostname, allowHalfOpen: true });
@@ -47,10 +56,10 @@ describe('shutdown with stalled connections', () => {
       const settle = () => resolve({ received, at: Date.now() });
       socket.once('end', settle).once('close', settle);
     });
-    return { closed, send: (more) => socket.write(more) };
+    return { closed, send: (more) => socket.write(more), received: () => received };
   }
 
-  it('stops cleanly: idle and half-sent connections are closed at once, a stalled body when the drain time is up', async () => {
+  it('stops cleanly: idle and half-sent connections are closed after the idle grace, a stalled body when the drain time is up', async () => {
     const { service } = await startService({ SHUTDOWN_DRAIN_MS: '2000' });
     const silent = await stalledConnection(service, '');
     const halfHeaders = await stalledConnection(service, 'POST /api HTTP/1.1\r\nHost: localhost\r\n');
@@ -75,7 +84,7 @@ describe('shutdown with stalled connections', () => {
       .find((line) => line.includes('requests still unfinished after the drain time'));
     expect(drainEnd, service.output()).toBeDefined();
     const drainEndedAt = Date.parse((JSON.parse(drainEnd!) as { time: string }).time);
-    // The connections that had no request in flight were closed when the stop began, not when the drain time was up.
+    // The connections that had no request in flight were closed when the idle grace was up, not when the drain time was.
     expect((await silent.closed).at).toBeLessThan(drainEndedAt);
     expect((await halfHeaders.closed).at).toBeLessThan(drainEndedAt);
     expect((await shortBody.closed).at).toBeGreaterThanOrEqual(drainEndedAt);
@@ -106,16 +115,35 @@ describe('shutdown with stalled connections', () => {
     expect(streamed.endsWith('0\r\n\r\n')).toBe(true);
   });
 
+  it('answers a request sent on an idle keep-alive connection after the stop began: 503 with connection: close, not a reset', async () => {
+    const { service, stack } = await startService({ LOG_LEVEL: 'info' });
+    const token = await service.token(['org_shutdown']);
+    // Answered before the stop and kept alive: idle when the stop begins, as a busy client's connection is between two requests.
+    const connection = await stalledConnection(service, rawPost(token, 'list_workspaces', { page: 1, size: 20 }));
+    await eventually(() => /^HTTP\/1\.1 200 /.test(connection.received()), 5000);
+    const stopping = service.signal('SIGTERM');
+    await eventually(() => service.output().includes('shutting down'), 5000);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    // Sent before its client could know of the stop.
+    connection.send(rawPost(token, 'create_workspace', { organization_id: 'org_shutdown', name: 'sent during the stop' }));
+    const { received } = await connection.closed;
+    await stopping;
+
+    expect(service.child.exitCode, service.output()).toBe(0);
+    const answers = received.split(/(?=HTTP\/1\.1 \d{3} )/);
+    expect(answers, received).toHaveLength(2);
+    expect(answers[1]).toMatch(/^HTTP\/1\.1 503 /);
+    expect(answers[1]).toMatch(/\r\nconnection: close\r\n/i);
+    // A planned refusal, not a failure in the log.
+    expect(service.output()).not.toContain('request failed');
+    // Refused, so not done.
+    expect(await stack.store.readAll(startOfLog, 100)).toEqual([]);
+  });
+
   it('answers the request in flight with connection: close, and takes no request sent on its connection after the stop began', async () => {
     const { service, stack } = await startService({ LOG_LEVEL: 'info' });
     const token = await service.token(['org_shutdown']);
-    const post = (query: string, params: object) => {
-      const body = JSON.stringify({ query, params });
-      return (
-        `POST /api HTTP/1.1\r\nHost: localhost\r\nauthorization: Bearer ${token}\r\ncontent-type: application/json\r\n` +
-        `content-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
-      );
-    };
+    const post = (query: string, params: object) => rawPost(token, query, params);
     // A long poll: in flight when the stop comes, answered when its time is up.
     const connection = await stalledConnection(service, post('list_changes', { organization_id: 'org_shutdown', wait_ms: 1500 }));
     await new Promise((resolve) => setTimeout(resolve, 200));
