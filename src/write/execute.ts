@@ -511,11 +511,15 @@ function outcomeUnknown(cause: unknown): ServiceError {
 
 /**
  * Deterministic, so that repeating an append that already succeeded is recognised by the store.
- * The event's data is part of it: two different changes never share an id, even under one request id.
+ * The whole event is part of it, its metadata too: two different events never share an id, even
+ * under one request id. The same keyed command decided again at another instant (by another
+ * instance, its first one gone) is another event; had it the stored one's id, the store would take
+ * its append for a repeat of the stored one, and it would answer, and remember, what it decided
+ * rather than what is stored (instead, its append conflicts, and it answers the stored event).
  */
-function eventId(requestId: string, streamName: string, version: bigint, index: number, event: DomainEvent): string {
+function eventId(requestId: string, streamName: string, version: bigint, index: number, event: Envelope): string {
   const hash = createHash('sha256')
-    .update(JSON.stringify([requestId, streamName, version.toString(), index, event.type, event.data]))
+    .update(JSON.stringify([requestId, streamName, version.toString(), index, event.type, event.data, event.metadata]))
     .digest('hex');
   const variant = ((parseInt(hash[16]!, 16) & 0x3) | 0x8).toString(16);
   return `${hash.slice(0, 8)}-${hash.slice(8, 12)}-8${hash.slice(13, 16)}-${variant}${hash.slice(17, 20)}-${hash.slice(20, 32)}`;

@@ -5,6 +5,7 @@ import type { WorkspaceCommand, WorkspaceState } from '../../../src/domain/works
 import { workspaceStream } from '../../../src/eventstore/stream-names.js';
 import { PostgresCommandIndex } from '../../../src/write/command-index.js';
 import { runGroup, type CommandJob, type Outcome } from '../../../src/write/execute.js';
+import { RecentStates } from '../../../src/write/recent-states.js';
 import { PostgresSnapshots } from '../../../src/write/snapshots.js';
 import { silentLogger, startStack, type Stack } from '../../support/stack.js';
 
@@ -112,6 +113,42 @@ describe('group commit of one record’s commands', () => {
       });
     }
     expect((await stack.store.readStream(stream)).length).toBe(5);
+  });
+
+  it('given the same keyed command decided by another instance at another instant and stored first, the second answers what is stored, and the record goes on from the stored event', async () => {
+    const id = 'ws_group_keyed_twice';
+    const stream = workspaceStream(id);
+    // The other instance took the same request (a retry after a first instance stopped answering) and stored it first.
+    let other: ReturnType<typeof job> | undefined;
+    const otherFirst = new Proxy(stack.store, {
+      get(store, property, receiver) {
+        if (property !== 'append') return Reflect.get(store, property, receiver) as unknown;
+        return async (...args: Parameters<Stack['store']['append']>) => {
+          other ??= job(create(id), 'command-twice');
+          await runGroup(store, stream, [other.job], options);
+          return store.append(...args);
+        };
+      },
+    });
+    const recent = new RecentStates();
+    const mine = job(create(id), 'command-twice');
+    await runGroup(otherFirst, stream, [mine.job], { ...options, recent });
+
+    const stored = await stack.store.readStream(stream);
+    expect(stored).toHaveLength(1);
+    const theirs = (await other!.answer) as { outcome: Outcome<WorkspaceState> };
+    expect(theirs.outcome.state).toMatchObject({
+      status: 'active',
+      workspace: { created_at: (stored[0]!.metadata as { occurred_at: string }).occurred_at },
+    });
+    expect(await mine.answer).toEqual({ outcome: { state: theirs.outcome.state, position: expect.anything() } });
+    // The next command, decided from this instance's memory, chains its hash to the stored event's.
+    const next = job(update(id, 'next'));
+    await runGroup(stack.store, stream, [next.job], { ...options, recent });
+    expect(await next.answer).toHaveProperty('outcome');
+    const [first, second] = await stack.store.readStream(stream);
+    const hashes = (event: typeof first) => event!.metadata as { hash: string; previous_hash: string };
+    expect(hashes(second).previous_hash).toBe(hashes(first).hash);
   });
 
   it('given another instance that appends first every time, the group retries for 10 s after its first conflict, then answers 503 and appends nothing of its own', async () => {
