@@ -394,7 +394,9 @@ export async function verifyWebhook(
 ): Promise<{ type: string; timestamp: string; data: Change }> {
   // The secret is the receiver's own setting: a wrong one is its bug, not a bad delivery.
   const keyBytes = typeof secret === 'string' ? base64Bytes(secret.replace(/^whsec_/, '')) : undefined;
-  if (!keyBytes?.length) throw new TypeError('the webhook secret must be the one create_webhook gave: whsec_ and base64');
+  // Standard Webhooks' bounds: a string that merely decodes (a password, a placeholder) is not a secret.
+  if (!keyBytes || keyBytes.length < 24 || keyBytes.length > 64)
+    throw new TypeError('the webhook secret must be the one create_webhook gave: whsec_ and base64');
   // Header names are case-insensitive; Node gives them in lower case, other frameworks as sent.
   const lowerCased =
     headers instanceof Headers ? undefined : new Map(Object.entries(headers).map(([name, value]) => [name.toLowerCase(), value]));

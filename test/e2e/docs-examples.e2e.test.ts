@@ -1,7 +1,9 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestService, type TestService } from '../support/service.js';
 import { allScopes } from './helpers.js';
@@ -172,6 +174,69 @@ describe.each(documents)(`the examples of %s, with ${curlInstalled ? 'curl' : 't
             .toEqual(['data']);
         }
       }
+    }
+  });
+});
+
+/**
+ * The README's webhook receiver, run as pasted (its port aside), given a delivery signed by the
+ * standardwebhooks package whose body arrives in two parts, split inside a character, as a body of
+ * a few kilobytes arrives over a real network.
+ */
+describe("the README's webhook receiver", () => {
+  it('accepts a signed delivery whose body arrives split inside a character', async () => {
+    const receiver = fencedBlocks(readFileSync('README.md', 'utf8')).find(
+      (block) => block.info === 'js' && block.text.includes("from 'standardwebhooks'"),
+    );
+    expect(receiver).toBeDefined();
+    expect(receiver!.text).toContain('.listen(4000)');
+    const secret = `whsec_${Buffer.from('a secret of the test, 32 bytes!!').toString('base64')}`;
+    const child = spawn(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        receiver!.text
+          .replace('.listen(4000)', '.listen(0, () => console.log(server.address().port))')
+          .replace('createServer(', 'const server = createServer('),
+      ],
+      {
+        env: { ...process.env, SECRET: secret },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        child.stdout.once('data', (chunk: Buffer) => resolve(Number(chunk.toString().trim().split('\n')[0])));
+        child.once('exit', (code) => reject(new Error(`the receiver exited with code ${code}`)));
+      });
+      const payload = JSON.stringify({
+        type: 'WorkspaceCreated',
+        timestamp: '2026-11-28T10:00:00.000Z',
+        data: { workspace_id: 'ws_x', name: 'Café' },
+      });
+      const id = 'msg_test';
+      const sentAt = new Date();
+      const signature = new StandardWebhook(secret).sign(id, sentAt, payload);
+      const bytes = Buffer.from(payload);
+      const split = bytes.indexOf(Buffer.from('é')) + 1;
+      const status = await new Promise<string>((resolve, reject) => {
+        const socket = connect({ port, host: '127.0.0.1' });
+        let answer = '';
+        socket.on('data', (chunk: Buffer) => (answer += chunk.toString()));
+        socket.once('end', () => resolve(answer.split(' ')[1] ?? ''));
+        socket.once('error', reject);
+        socket.write(
+          `POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: ${bytes.length}\r\n` +
+            `webhook-id: ${id}\r\nwebhook-timestamp: ${Math.floor(sentAt.getTime() / 1000)}\r\nwebhook-signature: ${signature}\r\n\r\n`,
+        );
+        socket.write(bytes.subarray(0, split));
+        // The second part on its own, once the first has been read.
+        setTimeout(() => socket.end(bytes.subarray(split)), 200);
+      });
+      expect(status).toBe('204');
+    } finally {
+      child.kill();
     }
   });
 });

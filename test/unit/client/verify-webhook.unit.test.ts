@@ -49,7 +49,7 @@ describe("the client's verifyWebhook, against deliveries signed by the standardw
 
   it('says when the secret it is given is not a webhook secret, apart from a delivery that fails', async () => {
     const secret = newWebhookSecret();
-    for (const wrong of ['my-secret', '', 'whsec_', undefined as unknown as string]) {
+    for (const wrong of ['my-secret', 'nope', 'secret', 'whsec_c2VjcmV0', '', 'whsec_', undefined as unknown as string]) {
       await expect(verifyWebhook(wrong, signed(secret), body)).rejects.toThrow(
         new TypeError('the webhook secret must be the one create_webhook gave: whsec_ and base64'),
       );
