@@ -1,6 +1,6 @@
 import { assertNever } from '../domain/command.js';
 import { solutionEventTypes, workspaceEventTypes, type DomainEvent, type Envelope } from '../domain/events.js';
-import type { GlobalPosition } from '../eventstore/port.js';
+import { comparePositions, type GlobalPosition } from '../eventstore/port.js';
 import { encodeCursor } from './cursor.js';
 
 /**
@@ -150,19 +150,24 @@ export type ChangeQuery = {
 
 export type ChangePage = { items: Change[]; next: string; has_more: boolean };
 
+/** Rows read for a page; `through`, when known, a position up to which every change the query could show was considered. */
+export type PageRows = { rows: readonly StoredChange[]; more: boolean; through?: GlobalPosition | undefined };
+
+/** Where the page's `next` continues from: after the last row shown, or the cursor given, or `through` when further. */
+export function continuesFrom(read: PageRows, query: Pick<ChangeQuery, 'after'>): GlobalPosition {
+  const last = read.rows.at(-1);
+  const shown = last ? positionOf(last) : query.after;
+  return read.through && comparePositions(read.through, shown) > 0 ? read.through : shown;
+}
+
 /**
- * A page from the rows read: `next` continues after the last one shown, or stays at `after`.
+ * A page from the rows read: `next` continues from where they leave off (continuesFrom).
  * `present` shows a row (a reader sharing rows among callers shares their Changes too).
  */
-export function pageOf(
-  read: { rows: readonly StoredChange[]; more: boolean },
-  query: Pick<ChangeQuery, 'after'>,
-  present: (row: StoredChange) => Change = changeOf,
-): ChangePage {
-  const last = read.rows.at(-1);
+export function pageOf(read: PageRows, query: Pick<ChangeQuery, 'after'>, present: (row: StoredChange) => Change = changeOf): ChangePage {
   return {
     items: read.rows.map(present),
-    next: encodeCursor(last ? positionOf(last) : query.after),
+    next: encodeCursor(continuesFrom(read, query)),
     has_more: read.more,
   };
 }

@@ -1,8 +1,17 @@
 import { hash } from 'node:crypto';
 import { comparePositions, type GlobalPosition } from '../../eventstore/port.js';
 import type { Pool } from '../../infra/postgres.js';
-import { changeOf, pageOf, positionOf, type Change, type ChangePage, type ChangeQuery, type StoredChange } from '../feed.js';
-import { readChanges, type ChangeRows } from './table.js';
+import {
+  changeOf,
+  changeTypes,
+  continuesFrom,
+  pageOf,
+  type Change,
+  type ChangePage,
+  type ChangeQuery,
+  type StoredChange,
+} from '../feed.js';
+import { lastChangeThrough, readChanges, type ChangeRows } from './table.js';
 
 /** How far the projection has got, and a wait for it to move (src/projections/progress.ts). */
 export type FeedProgress = {
@@ -43,7 +52,12 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
     const key = `${seen.commit}/${seen.prepare} ${keyOf(query)}`;
     let rows = reading.get(key);
     if (!rows) {
-      rows = readChanges(pool, query).finally(() => reading.delete(key));
+      rows = readChanges(pool, query)
+        .then(async (read) =>
+          // Read to the end with some types left out: continue past those too (lastChangeThrough).
+          read.more || query.types.length === changeTypes.length ? read : { ...read, through: await lastChangeThrough(pool, query, seen) },
+        )
+        .finally(() => reading.delete(key));
       reading.set(key, rows);
     }
     return rows;
@@ -55,10 +69,9 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
    */
   const readTo = new Map<string, GlobalPosition>();
   const digestOf = (query: ChangeQuery) => hash('sha256', keyOf(query), 'base64');
-  const remember = (query: ChangeQuery, { rows, more }: ChangeRows, seen: GlobalPosition) => {
-    if (more) return;
-    const last = rows.at(-1);
-    const key = digestOf({ ...query, after: last ? positionOf(last) : query.after });
+  const remember = (query: ChangeQuery, read: ChangeRows, seen: GlobalPosition) => {
+    if (read.more) return;
+    const key = digestOf({ ...query, after: continuesFrom(read, query) });
     readTo.delete(key);
     readTo.set(key, seen);
     for (const key of readTo.keys()) {

@@ -1,3 +1,4 @@
+import type { GlobalPosition } from '../../eventstore/port.js';
 import { named, type Pool } from '../../infra/postgres.js';
 import type { ChangeEntry, ChangeQuery, StoredChange } from '../feed.js';
 
@@ -61,8 +62,11 @@ const withinBudget = (candidates: string, budget: string) =>
    WHERE before = 0 OR before + size <= ${budget}
    ORDER BY page.commit_position, page.prepare_position`;
 
-/** A page's rows (at most `limit`), and whether changes follow them. */
-export type ChangeRows = { rows: StoredChange[]; more: boolean };
+/**
+ * A page's rows (at most `limit`), and whether changes follow them; `through`, when known, a
+ * position up to which every change of the query's organizations (and workspace) was considered.
+ */
+export type ChangeRows = { rows: StoredChange[]; more: boolean; through?: GlobalPosition | undefined };
 
 /**
  * At most `limit` changes after `after`, in log order, within the page's data budget. Each
@@ -103,4 +107,35 @@ export async function readChanges(pool: Pool, query: ChangeQuery, budgetBytes = 
     .slice(0, query.limit)
     .map(({ fetched: _, data, ...row }): StoredChange => ({ ...row, data: JSON.parse(data) as StoredChange['data'] }));
   return { rows: shown, more: candidates > shown.length };
+}
+
+/**
+ * The position of the last change of the query's organizations (and workspace), of any type,
+ * after its cursor and at or before `committed`, a position the projection had committed before
+ * the page was read (its rows with it), so that every change up to it was there for the page. A
+ * page that read to the end continues from there: past the changes its types leave out, which it
+ * would otherwise read again on every call. Only the caller's organizations: `next` shows nothing
+ * of another's.
+ */
+export async function lastChangeThrough(pool: Pool, query: ChangeQuery, committed: GlobalPosition): Promise<GlobalPosition | undefined> {
+  const range = [query.after.commit.toString(), query.after.prepare.toString(), committed.commit.toString(), committed.prepare.toString()];
+  const within = (first: number) =>
+    `(commit_position, prepare_position) > ($${first}, $${first + 1}) AND (commit_position, prepare_position) <= ($${first + 2}, $${first + 3})
+     ORDER BY commit_position DESC, prepare_position DESC LIMIT 1`;
+  const { rows } = await pool.query<{ commit_position: string; prepare_position: string }>(
+    query.workspaceId !== undefined
+      ? named(
+          `SELECT commit_position::text, prepare_position::text FROM changes WHERE workspace_id = $1 AND organization_id = ANY($2) AND ${within(3)}`,
+          [query.workspaceId, query.organizations, ...range],
+        )
+      : named(
+          `SELECT last.commit_position::text, last.prepare_position::text FROM unnest($1::text[]) AS o(id) CROSS JOIN LATERAL (
+             SELECT commit_position, prepare_position FROM changes WHERE organization_id = o.id AND ${within(2)}
+           ) last
+           ORDER BY last.commit_position DESC, last.prepare_position DESC LIMIT 1`,
+          [query.organizations, ...range],
+        ),
+  );
+  const last = rows[0];
+  return last && { commit: BigInt(last.commit_position), prepare: BigInt(last.prepare_position) };
 }

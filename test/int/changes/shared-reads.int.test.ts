@@ -84,4 +84,37 @@ describe('long polls at one cursor', () => {
     const page = await feed({ ...query, after: decodeCursor(empty.next)! }, 200);
     expect(page.items.map((change) => change.type)).toEqual(['WorkspaceCreated']);
   });
+
+  it('with types left out, continue past the changes of the other types read to the end, but never past the last of the caller’s organizations (contract §14)', async () => {
+    stack.runner().start();
+    const feed = createChangeFeed(stack.pool, stack.progress);
+    const start = stack.progress.current;
+    let lastType = '';
+    const append = async (writer: RecordWriter) => {
+      const next = writer.next();
+      const { position } = await stack.store.append(next.streamName, next.expectedVersion, next.events);
+      next.applied();
+      lastType = next.events.at(-1)!.type;
+      return position;
+    };
+    const mine = new RecordWriter('filtered', 'org_filtered', seededRandom(17));
+    const positions = [];
+    // Ending with a change of another type than the one asked for.
+    while (positions.length < 8 || lastType === 'WorkspaceCreated') positions.push(await append(mine));
+    // Another organization's later changes: the caller's cursor must show nothing of them.
+    const others = new RecordWriter('unseen', 'org_unseen', seededRandom(19));
+    let last = positions.at(-1)!;
+    for (let change = 0; change < 3; change++) last = await append(others);
+    expect(await stack.progress.waitFor(last, 10_000)).toBe(true);
+
+    const query = { organizations: ['org_filtered'], workspaceId: undefined, types: ['WorkspaceCreated' as const], limit: 100 };
+    const page = await feed({ ...query, after: start }, 0);
+    expect(page.items.length).toBeGreaterThan(0);
+    expect(new Set(page.items.map((change) => change.type))).toEqual(new Set(['WorkspaceCreated']));
+    expect(page.items.at(-1)!.id).not.toBe(page.next);
+    // Past the organization's last change, of another type, so that the next call does not read them again; not past it.
+    expect(decodeCursor(page.next)).toEqual(positions.at(-1));
+    const following = await feed({ ...query, after: decodeCursor(page.next)! }, 0);
+    expect(following).toEqual({ items: [], next: page.next, has_more: false });
+  });
 });
