@@ -250,7 +250,24 @@ const readinessSchema = {
   additionalProperties: false,
   properties: {
     status: { enum: ['ready', 'not_ready'] },
-    checks: { type: 'object', additionalProperties: { type: 'string' }, description: 'One entry per dependency: "ok" or what is wrong.' },
+    checks: {
+      type: 'object',
+      description:
+        'One entry per check: "ok" (the projection: "caught_up") or what is wrong; a projection "behind" comes with its two figures.',
+      properties: {
+        projection_backlog_events: {
+          type: 'integer',
+          minimum: 0,
+          description: 'The events between the projection and the end of the log, as the event store estimates it.',
+        },
+        projection_catch_up_seconds: {
+          type: ['integer', 'null'],
+          minimum: 0,
+          description: "How long they take at the projection's recent rate, rounded up; null while there is no such rate.",
+        },
+      },
+      additionalProperties: { type: 'string' },
+    },
   },
 };
 

@@ -5,6 +5,7 @@ import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase, testEventStore }
 import { EventStoreDBStandIn } from '../support/eventstoredb-standin/index.js';
 import { CuttableProxy } from '../support/cuttable-proxy.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
+import { assertConformsAt } from '../support/openapi-conformance.js';
 import { allScopes, expectError, expectOk, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
 
 /**
@@ -160,6 +161,10 @@ describe('operational endpoints and limits', () => {
       expect(notReady.status).toBe(503);
       expect(notReady.body.status).toBe('not_ready');
       expect(notReady.body.checks).toMatchObject({ event_store: 'ok', read_database: 'ok', projection: 'behind' });
+      // With its figures (a count, and null while the projection has no rate), which the API document describes.
+      expect(notReady.body.checks).toHaveProperty('projection_backlog_events', expect.any(Number));
+      expect(notReady.body.checks).toHaveProperty('projection_catch_up_seconds');
+      assertConformsAt('/readyz', 503, notReady.body);
       expect((await get(lagging, '/healthz')).status).toBe(200); // alive, just not ready
 
       // The events are durable: a projector started later applies them and readiness returns.

@@ -39,6 +39,18 @@ export function assertConforms(query: string | undefined, status: number, body: 
   }
 }
 
+/** Throws, naming every mismatch, when `body` is not what the document says `GET path` (an operational endpoint) answers with `status`. */
+export function assertConformsAt(path: string, status: number, body: unknown): void {
+  const described = (
+    document.paths as Record<string, { get?: { responses: Record<string, { content?: { 'application/json'?: { schema: object } } }> } }>
+  )[path]?.get?.responses[String(status)];
+  const schema = described?.content?.['application/json']?.schema;
+  if (!schema) throw new Error(`the document lists no ${status} answer for GET ${path}`);
+  const validate = ajv.compile(schema);
+  if (!validate(body))
+    throw new Error(`the ${status} answer to GET ${path} does not match: ${ajv.errorsText(validate.errors)}\n${JSON.stringify(body)}`);
+}
+
 /** The operation a request body names, when it is an envelope at all. */
 function queryOf(body: unknown): string | undefined {
   if (typeof body !== 'string') return undefined;
