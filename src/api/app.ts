@@ -3,7 +3,7 @@ import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
-import { notFound, organizationNotGranted, ServiceError, ShuttingDown } from '../errors.js';
+import { ServiceError, ShuttingDown } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Readiness } from '../observability/readiness.js';
@@ -17,7 +17,16 @@ import { IdempotencyKeys } from './idempotency.js';
 import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
 import type { PublicJwk } from '../integrity/checkpoints.js';
-import { changeQueryOf, isOperationName, operations, scopesOf, type OperationContext, type Queries, type Webhooks } from './operations.js';
+import {
+  changeQueryOf,
+  inaccessibleTo,
+  isOperationName,
+  operations,
+  scopesOf,
+  type OperationContext,
+  type Queries,
+  type Webhooks,
+} from './operations.js';
 import { createRateLimiter } from './rate-limit.js';
 import { envelopeSchema, paramsSchemas, requestIdPattern, type ParamsOf } from './schemas.js';
 import { validationDetails, validationErrorMap } from './validation-messages.js';
@@ -271,7 +280,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         log: request.log,
         run: (requestHash) =>
           run({ ...context, caller: { ...caller, commandId: IdempotencyKeys.commandId(principal.subject, key, requestHash) } }),
-        lostAccess: () => (query === 'create_workspace' ? organizationNotGranted() : notFound('record')),
+        lostAccess: () => inaccessibleTo(query),
       });
       if (answer.replayed) reply.header('idempotent-replayed', 'true');
       return reply.code(answer.status).send(answer.body);

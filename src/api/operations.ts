@@ -2,7 +2,7 @@ import { decodeCursor } from '../changes/cursor.js';
 import { changeTypes, readableTypes, type ChangePage, type ChangeQuery } from '../changes/feed.js';
 import { startOfLog } from '../eventstore/port.js';
 import type { WebhookStore } from '../webhooks/adapters/store.js';
-import { notFound, ServiceError } from '../errors.js';
+import { notFound, organizationNotGranted, ServiceError } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { FieldProvenance } from '../audit/provenance.js';
 import type { RecordDiff } from '../audit/provenance-reads.js';
@@ -402,6 +402,28 @@ export const operations: { [O in OperationName]: Operation<O> } = {
     },
   },
 };
+
+/**
+ * What a command whose answer names an organization says to a caller who cannot access that
+ * organization, worded as the command itself words it: a keyed retry after the caller lost that
+ * access answers the same, as if it carried no key (contract §2, §3).
+ */
+export function inaccessibleTo(name: OperationName): ServiceError {
+  switch (name) {
+    case 'create_workspace':
+      return organizationNotGranted();
+    case 'create_webhook':
+      return notFound('organization');
+    case 'create_solution':
+    case 'update_workspace':
+      return notFound('workspace');
+    case 'update_solution':
+      return notFound('solution');
+    default:
+      // update_webhook and rotate_webhook_secret, the other answers naming an organization.
+      return notFound('webhook');
+  }
+}
 
 /** The scopes that grant an operation: any one of them. */
 export const scopesOf = (name: OperationName): readonly Scope[] => {

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callApi, startTestService, type TestService } from '../support/service.js';
+import { allScopes } from './helpers.js';
 
 describe('Idempotency-Key on commands', () => {
   let service: TestService;
@@ -145,6 +146,36 @@ describe('Idempotency-Key on commands', () => {
     expect(updateReplay.status).toBe(404);
     expect(updateReplay.body.error.code).toBe('not_found');
     expect(JSON.stringify(updateReplay.body)).not.toContain('Renamed');
+  });
+
+  it('answers a keyed retry after the caller lost access with the 404 of the same request without the key', async () => {
+    const keeper = await service.token(['org_idem'], allScopes, 'keeper');
+    const elsewhere = await service.token(['org_elsewhere'], allScopes, 'keeper');
+    const workspace = (await callApi(service, keeper, 'create_workspace', { organization_id: 'org_idem', name: 'Lost' })).body.data;
+    const solution = (await callApi(service, keeper, 'create_solution', { workspace_id: workspace.id, name: 'Lost' })).body.data;
+    // Only the deletions of its solutions are due to it: an address the tests never connect to.
+    const hook = { organization_id: 'org_idem', url: 'https://127.0.0.2.nip.io/hook', types: ['SolutionDeleted'] };
+    const webhook = (await callApi(service, keeper, 'create_webhook', hook)).body.data;
+    const requests: [string, Record<string, unknown>][] = [
+      ['update_workspace', { id: workspace.id, name: 'Renamed' }],
+      ['create_solution', { workspace_id: workspace.id, name: 'Another' }],
+      ['update_solution', { id: solution.id, name: 'Renamed' }],
+      ['create_webhook', hook],
+      ['update_webhook', { id: webhook.id, description: 'Renamed' }],
+      ['rotate_webhook_secret', { id: webhook.id }],
+    ];
+    for (const [query, params] of requests) {
+      const headers = { 'idempotency-key': `lost-${query}` };
+      expect((await callApi(service, keeper, query, params, headers)).status, query).toBe(200);
+      const replay = await callApi(service, elsewhere, query, params, headers);
+      const unkeyed = await callApi(service, elsewhere, query, params);
+      expect(unkeyed.status, query).toBe(404);
+      expect([replay.status, replay.body.error.code, replay.body.error.message], query).toEqual([
+        404,
+        'not_found',
+        unkeyed.body.error.message,
+      ]);
+    }
   });
 
   it('keeps the field order of the first answer in a replay', async () => {
