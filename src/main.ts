@@ -1,8 +1,7 @@
-import { buildApp } from './api/app.js';
+import { answerHttpEdges, buildApp, requestIdFrom } from './api/app.js';
 import { errorBody } from './api/errors.js';
 import { allScopes, mintToken } from './api/tokens.js';
 import { ConfigError, defaultDataDir, parseConfig } from './config.js';
-import { ServiceError } from './errors.js';
 import { createLogger } from './infra/logger.js';
 import { onStopSignal, type StopSignal } from './infra/stop-signals.js';
 import { startMetricsServer, type MetricsServer } from './observability/metrics-server.js';
@@ -102,7 +101,9 @@ async function main(): Promise<void> {
         {
           port: config.metrics.port,
           host: config.metrics.host,
-          notFoundBody: (requestId) => errorBody(new ServiceError('not_found', 'no such endpoint'), requestId),
+          requestIdOf: requestIdFrom,
+          errorBody,
+          answerHttpEdges,
         },
         logger,
       );

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
@@ -69,7 +69,7 @@ declare module 'fastify' {
  * a malformed request line, a request that took too long) get the contract's error body and a
  * request id too (contract §1), written to the socket, which is then closed.
  */
-function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, socket: Duplex): void {
+function answerClientError(log: FastifyBaseLogger, error: NodeJS.ErrnoException, socket: Duplex): void {
   if (error.code === 'ECONNRESET' || socket.destroyed) return;
   const [status, message] =
     error.code === 'HPE_HEADER_OVERFLOW'
@@ -77,11 +77,11 @@ function answerClientError(this: FastifyInstance, error: NodeJS.ErrnoException, 
       : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
         ? [408, 'the request was not received in time']
         : [400, 'the request is not valid HTTP'];
-  answerOnSocket(this.log, socket, status, new ServiceError('bad_request', message), { code: error.code });
+  answerOnSocket(log, socket, status, new ServiceError('bad_request', message), { code: error.code });
 }
 
 /** The request's id: the caller's `x-request-id` when it is a valid one (contract §1), else a new one. */
-const requestIdFrom = (incoming: string | string[] | undefined) =>
+export const requestIdFrom = (incoming: string | string[] | undefined) =>
   typeof incoming === 'string' && requestIdPattern.test(incoming) ? incoming : randomUUID();
 
 /** Writes the contract's error answer straight to a socket the HTTP server handed over, then closes it. */
@@ -112,11 +112,11 @@ function answerOnSocket(
  * onRequest hook instead; an unknown expectation is ignored, as RFC 9110 §10.1.1 allows; CONNECT,
  * a method the service serves nowhere, gets 404 like the others.
  */
-function answerWhatNodeWould(app: FastifyInstance): void {
-  app.server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => app.server.emit('request', request, response));
-  app.server.on('connect', (request: IncomingMessage, socket: Duplex) =>
+function answerWhatNodeWould(server: Server, log: FastifyBaseLogger): void {
+  server.on('checkExpectation', (request: IncomingMessage, response: ServerResponse) => server.emit('request', request, response));
+  server.on('connect', (request: IncomingMessage, socket: Duplex) =>
     answerOnSocket(
-      app.log,
+      log,
       socket,
       404,
       new ServiceError('not_found', 'no such endpoint'),
@@ -124,6 +124,15 @@ function answerWhatNodeWould(app: FastifyInstance): void {
       request.headers['x-request-id'],
     ),
   );
+}
+
+/**
+ * A listener of the service without fastify (METRICS_PORT's) answers what Node's HTTP layer
+ * refuses before any handler as the API's listener does: the contract's body and a request id.
+ */
+export function answerHttpEdges(server: Server, log: FastifyBaseLogger): void {
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => answerClientError(log, error, socket));
+  answerWhatNodeWould(server, log);
 }
 
 /**
@@ -162,11 +171,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     frameworkErrors: (_error, request, reply) => {
       sendServiceError(new ServiceError('bad_request', 'the request path is not valid'), request, reply);
     },
-    clientErrorHandler: answerClientError,
+    clientErrorHandler(this: FastifyInstance, error, socket) {
+      answerClientError(this.log, error, socket);
+    },
     // Refused with the contract's body by the onRequest hook rather than by Node with an empty one.
     http: { requireHostHeader: false },
   });
-  answerWhatNodeWould(app);
+  answerWhatNodeWould(app.server, app.log);
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
   const changeStreams = new ChangeStreams(
     options.changeStreamsPerCaller ?? 10,

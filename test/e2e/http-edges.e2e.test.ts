@@ -1,25 +1,8 @@
-import net from 'node:net';
 import { gzipSync } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { rawHttp } from '../support/raw-http.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { expectError, expectOk, jsonHeaders, rawPost } from './helpers.js';
-
-/** Sends bytes as they are, for requests no HTTP client would produce, and reads the answer until the socket closes. */
-async function rawHttp(service: TestService, request: string | Buffer) {
-  const { port } = new URL(service.url);
-  const received = await new Promise<Buffer>((resolve, reject) => {
-    const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(request));
-    const chunks: Buffer[] = [];
-    socket.on('data', (chunk) => chunks.push(chunk));
-    socket.on('close', () => resolve(Buffer.concat(chunks)));
-    socket.on('error', reject);
-  });
-  const text = received.toString('utf8');
-  const [head = '', body = ''] = text.split('\r\n\r\n');
-  const [statusLine = '', ...headerLines] = head.split('\r\n');
-  const headers = new Headers(headerLines.map((line) => line.split(/:\s*/, 2) as [string, string]));
-  return { status: Number(statusLine.split(' ')[1]), headers, body: body ? JSON.parse(body) : undefined, text };
-}
 
 describe('requests the HTTP layer answers before the app (contract §1)', () => {
   let service: TestService;

@@ -1,7 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/infra/embedded-postgres.js';
 import { createTestDatabase } from '../support/database.js';
+import { expectError } from '../e2e/helpers.js';
 import { scrape, total } from '../support/metrics.js';
+import { rawHttp } from '../support/raw-http.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
 
 /** METRICS_PORT: /metrics moves to a listener of its own, which the shutdown closes. */
@@ -25,6 +27,26 @@ describe('metrics on their own port', () => {
     const body = (await other.json()) as { error: { code: string; request_id: string } };
     expect(body.error.code).toBe('not_found');
     expect(other.headers.get('x-request-id')).toBe(body.error.request_id);
+  });
+
+  it('answers with a request id: the caller’s valid one echoed, or a new one', async () => {
+    const echoed = await fetch(metricsUrl, { headers: { 'x-request-id': 'scrape-1' } });
+    expect([echoed.status, echoed.headers.get('x-request-id')]).toEqual([200, 'scrape-1']);
+    expect((await fetch(metricsUrl)).headers.get('x-request-id')).toBeTruthy();
+    const other = await fetch(metricsUrl.replace('/metrics', '/other'), { headers: { 'x-request-id': 'other-1' } });
+    expect([other.status, other.headers.get('x-request-id')]).toEqual([404, 'other-1']);
+  });
+
+  it('refuses what Node’s HTTP layer refuses with the contract’s body and a request id, as the API port does', async () => {
+    const listener = { url: metricsUrl };
+    expectError(
+      await rawHttp(listener, `GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`),
+      431,
+      'bad_request',
+    );
+    expectError(await rawHttp(listener, 'THIS IS NOT HTTP\r\n\r\n'), 400, 'bad_request');
+    const connect = await rawHttp(listener, 'CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: localhost\r\n\r\n');
+    expectError(connect, 404, 'not_found');
   });
 
   it('leaves the API port without /metrics: the contract 404', async () => {
