@@ -194,6 +194,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     stopping.abort();
     changeStreams.closeAll();
   });
+  // The last preClose hook: the grace for idle connections does not hold up the ones above.
+  app.addHook('preClose', connections.idleGraceOver);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     // RFC 9112 §3.2: an HTTP/1.1 request without Host is refused (HTTP/1.0 had none).

@@ -19,15 +19,19 @@ const idleConnectionGraceMs = 1_000;
  * headers, open until its headers timeout (a minute and more), one whose body stalls for ever
  * (Fastify sets no request timeout), and a keep-alive one until its client closes it: any of them
  * would turn a clean stop into the forced one. Called once, before the app's other hooks; tells
- * whether the stop has begun.
+ * whether the stop has begun, and gives the wait for the grace to end (`idleGraceOver`).
  */
-export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): { closing: () => boolean } {
+export function drainConnectionsOnClose(
+  app: FastifyInstance,
+  drainMs: number,
+): { closing: () => boolean; idleGraceOver: () => Promise<void> } {
   const requestsInFlight = new Map<Socket, number>();
   let closing = false;
   let drainTimer: NodeJS.Timeout | undefined;
   /** Once the stop has begun: the connections that had no request in flight then and have had none since. */
   const untouched = new Set<Socket>();
   let untouchedGone = () => undefined as void;
+  let idleGrace: Promise<void> = Promise.resolve();
 
   const forget = (socket: Socket) => {
     if (untouched.delete(socket) && untouched.size === 0) untouchedGone();
@@ -67,19 +71,28 @@ export function drainConnectionsOnClose(app: FastifyInstance, drainMs: number): 
     }, drainMs);
     drainTimer.unref();
     for (const [socket, count] of requestsInFlight) if (count === 0) untouched.add(socket);
-    if (untouched.size > 0) {
-      let graceTimer: NodeJS.Timeout | undefined;
-      await new Promise<void>((resolve) => {
-        untouchedGone = resolve;
-        graceTimer = setTimeout(resolve, Math.min(idleConnectionGraceMs, drainMs));
-      });
-      clearTimeout(graceTimer);
-    }
-    for (const [socket, count] of requestsInFlight) if (count === 0) socket.destroy();
+    if (untouched.size === 0) return;
+    let graceTimer: NodeJS.Timeout | undefined;
+    idleGrace = new Promise<void>((resolve) => {
+      untouchedGone = resolve;
+      graceTimer = setTimeout(resolve, Math.min(idleConnectionGraceMs, drainMs));
+    }).then(() => clearTimeout(graceTimer));
   });
   app.addHook('onSend', async (_request, reply) => {
     if (closing) reply.header('connection', 'close');
   });
   app.addHook('onClose', async () => clearTimeout(drainTimer));
-  return { closing: () => closing };
+  return {
+    closing: () => closing,
+    /**
+     * For the app's last preClose hook: waits out the grace begun with the stop, then closes the
+     * connections still idle (Node's close would close them next, at once). Awaited there, after
+     * the other hooks have ended the change streams and the long polls, so the grace holds them up
+     * no longer than it holds the stop.
+     */
+    idleGraceOver: async () => {
+      await idleGrace;
+      for (const [socket, count] of requestsInFlight) if (count === 0) socket.destroy();
+    },
+  };
 }

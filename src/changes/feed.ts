@@ -90,7 +90,8 @@ export function changeEntriesOf(events: readonly FeedEvent[]): ChangeEntry[] {
 export function readableTypes(scopes: ReadonlySet<string>, filter: readonly ChangeType[] | undefined): ChangeType[] {
   const readable = (type: ChangeType) =>
     (workspaceEventTypes.has(type) && scopes.has('workspaces:read')) || (solutionEventTypes.has(type) && scopes.has('solutions:read'));
-  return (filter ?? changeTypes).filter(readable);
+  // Each once: a repeated type reads nothing more, and the list is told from all types by its length.
+  return [...new Set(filter ?? changeTypes)].filter(readable);
 }
 
 /** A change as `list_changes` and the stream show it (contract §14). */

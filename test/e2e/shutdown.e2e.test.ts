@@ -73,6 +73,7 @@ describe('shutdown with stalled connections', () => {
     // The server has the stalled request's headers before the signal comes.
     await new Promise((resolve) => setTimeout(resolve, 200));
 
+    const signalledAt = Date.now();
     await service.signal('SIGTERM');
 
     // Exit code 0: the shutdown finished; had a connection held it, the guard would have exited with 1.
@@ -84,7 +85,8 @@ describe('shutdown with stalled connections', () => {
       .find((line) => line.includes('requests still unfinished after the drain time'));
     expect(drainEnd, service.output()).toBeDefined();
     const drainEndedAt = Date.parse((JSON.parse(drainEnd!) as { time: string }).time);
-    // The connections that had no request in flight were closed when the idle grace was up, not when the drain time was.
+    // The connections that had no request in flight were closed when the idle grace (1 s) was up, not when the drain time was.
+    expect((await silent.closed).at - signalledAt).toBeGreaterThanOrEqual(900);
     expect((await silent.closed).at).toBeLessThan(drainEndedAt);
     expect((await halfHeaders.closed).at).toBeLessThan(drainEndedAt);
     expect((await shortBody.closed).at).toBeGreaterThanOrEqual(drainEndedAt);
@@ -101,18 +103,22 @@ describe('shutdown with stalled connections', () => {
       `POST /api HTTP/1.1\r\nHost: localhost\r\nauthorization: Bearer ${token}\r\naccept: text/event-stream\r\n` +
         `content-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
     );
+    // And a connection with nothing in flight, kept for the idle grace: the grace must not hold up the stream's end.
+    const idle = await stalledConnection(service, '');
     await new Promise((resolve) => setTimeout(resolve, 200));
 
     // Its answer began keep-alive, before the stop; were the connection only half-closed, Node would
     // keep it until its keep-alive timeout (72 s), and the stop's guard would exit 1.
     const stopping = service.signal('SIGTERM');
-    const streamed = (await stream.closed).received;
+    const { received: streamed, at: streamEndedAt } = await stream.closed;
     await stopping;
 
     expect(service.child.exitCode, service.output()).toBe(0);
     // Answered, and ended cleanly (the last chunk) before the server closed the connection.
     expect(streamed).toMatch(/^HTTP\/1\.1 200 /);
     expect(streamed.endsWith('0\r\n\r\n')).toBe(true);
+    // Ended when the stop began, not when the idle connection's grace was up.
+    expect(streamEndedAt).toBeLessThan((await idle.closed).at);
   });
 
   it('answers a request sent on an idle keep-alive connection after the stop began: 503 with connection: close, not a reset', async () => {

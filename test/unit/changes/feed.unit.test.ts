@@ -72,6 +72,8 @@ describe('the kinds a caller reads', () => {
       'SolutionDeleted',
     ]);
     expect(readableTypes(new Set(['workspaces:write']), undefined)).toEqual([]);
+    // A type asked for six times is one type, not all six (the feed tells a filtered query by its length).
+    expect(readableTypes(new Set(['workspaces:read', 'solutions:read']), Array(6).fill('WorkspaceCreated'))).toEqual(['WorkspaceCreated']);
   });
 });
 
