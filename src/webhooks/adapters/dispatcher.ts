@@ -318,7 +318,10 @@ export class WebhookDispatcher {
       }
     }
     const outcome = problem === undefined ? outcomeOf(status) : status === 410 ? 'gone' : 'failed';
-    const retryInMs = outcome === 'failed' ? retryDelay(this.settings.retrySchedule, delivery.attempts, Math.random()) : undefined;
+    const retryInMs =
+      outcome === 'failed'
+        ? retryDelay(this.settings.retrySchedule, delivery.attempts, Math.random(), this.pollMs + roundSpacingMs)
+        : undefined;
     return {
       delivery,
       next: retryInMs !== undefined ? 'pending' : outcome === 'succeeded' ? 'succeeded' : 'failed',

@@ -88,6 +88,10 @@ describe('the retry schedule', () => {
     expect(retryDelay(schedule, 1, 0.999999)).toBe(1200);
     expect(retryDelay(schedule, 2, 0.5)).toBe(2000);
     expect(retryDelay(schedule, 3, 0.5)).toBeUndefined();
+    // Taken up to 520 ms after it is due, an attempt still lands within ±20 % of the schedule's delay.
+    expect(retryDelay([5000], 1, 0.999999, 520)).toBe(5480);
+    expect(retryDelay([5000], 1, 0, 520)).toBe(4000);
+    expect(retryDelay([1000], 1, 0.999999, 520)).toBe(800);
   });
 
   it('counts a 2xx as success, 410 as gone, anything else (redirects, no answer) as a failure', () => {
