@@ -53,5 +53,8 @@ export const organizationNotGranted = () => new ServiceError('forbidden', 'the t
 
 export const invalid = (path: string, message: string) => new ServiceError('validation_error', 'invalid parameters', [{ path, message }]);
 
+/** A failure the service did not foresee: its body tells nothing internal (§2). */
+export const unexpected = () => new ServiceError('internal_error', 'an unexpected error occurred');
+
 /** The event store or read database cannot be reached, or did not answer in time. */
 export const unavailable = (message = 'the service is temporarily unavailable') => new ServiceError('unavailable', message);

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { InvalidValue, RecordIdTaken, RecordNotFound } from '../domain/errors.js';
-import { RetryLater, ServiceError, ShuttingDown, type ErrorCode, type ErrorDetail } from '../errors.js';
+import { RetryLater, ServiceError, ShuttingDown, unavailable, unexpected, type ErrorCode, type ErrorDetail } from '../errors.js';
 import { EventStoreUnavailable } from '../eventstore/port.js';
 import { isConnectionError } from '../infra/postgres.js';
 
@@ -34,9 +34,9 @@ export function toServiceError(error: unknown): ServiceError {
   if (error instanceof RecordNotFound) return new ServiceError('not_found', error.message);
   if (error instanceof InvalidValue)
     return new ServiceError('validation_error', 'invalid parameters', [{ path: `params.${error.field}`, message: error.message }]);
-  if (error instanceof RecordIdTaken) return new ServiceError('internal_error', 'an unexpected error occurred');
+  if (error instanceof RecordIdTaken) return unexpected();
   if (error instanceof EventStoreUnavailable || isConnectionError(error)) {
-    return new ServiceError('unavailable', 'the service is temporarily unavailable');
+    return unavailable();
   }
   const fastifyError = error as Partial<FastifyError>;
   const known = fastifyError.code ? fastifyCodes[fastifyError.code] : undefined;
@@ -44,7 +44,7 @@ export function toServiceError(error: unknown): ServiceError {
   if (error instanceof SyntaxError || (fastifyError.statusCode && fastifyError.statusCode >= 400 && fastifyError.statusCode < 500)) {
     return new ServiceError('bad_request', 'the request is malformed');
   }
-  return new ServiceError('internal_error', 'an unexpected error occurred');
+  return unexpected();
 }
 
 export function sendError(error: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {

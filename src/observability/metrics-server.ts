@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
-import { ServiceError } from '../errors.js';
+import { ServiceError, unexpected } from '../errors.js';
 import type { Metrics } from './metrics.js';
 
 export type MetricsServer = { url: string; close: () => Promise<void> };
@@ -38,7 +38,7 @@ export async function startMetricsServer(metrics: Metrics, options: MetricsServe
       (text) => response.writeHead(200, { 'content-type': metrics.contentType, 'x-request-id': requestId }).end(text),
       (error: unknown) => {
         logger.error({ err: error, request_id: requestId }, 'metrics scrape failed');
-        fail(500, new ServiceError('internal_error', 'an unexpected error occurred'));
+        fail(500, unexpected());
       },
     );
   });
