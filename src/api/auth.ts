@@ -1,5 +1,5 @@
 import { webcrypto } from 'node:crypto';
-import { createRemoteJWKSet, errors as joseErrors, jwtVerify, type JWTVerifyGetKey } from 'jose';
+import { createRemoteJWKSet, errors as joseErrors, jwtVerify, type JWTPayload, type JWTVerifyGetKey } from 'jose';
 import { z } from 'zod';
 import { ServiceError, unavailable } from '../errors.js';
 import { organizationId } from '../domain/values.js';
@@ -57,10 +57,10 @@ function hmacKey(secret: string): Promise<webcrypto.CryptoKey> {
 const verifiedTokenTtlMs = 10_000;
 /** Tokens remembered at most: beyond, the oldest is forgotten (and verified again when it comes back). */
 const verifiedTokensKept = 10_000;
-/** The leeway on `exp` and `nbf`, seconds. */
+/** The leeway on `exp`, `nbf` and `iat`, seconds. */
 const clockToleranceSeconds = 30;
 
-/** Verifies bearer tokens (contract §3): algorithms pinned to the configured family, `exp` required, 30 s leeway. */
+/** Verifies bearer tokens (contract §3): algorithms pinned to the configured family, `exp` required, `iat` not in the future, 30 s leeway. */
 export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
   const verified = new Map<string, { principal: Principal; until: number }>();
   const algorithms = settings.kind === 'secret' ? ['HS256'] : ['RS256', 'ES256', 'EdDSA'];
@@ -89,13 +89,18 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
     const now = Date.now();
     const known = verified.get(token);
     if (known && now < known.until) return known.principal;
-    let payload: unknown;
+    let payload: JWTPayload;
     try {
       ({ payload } = await verify(token));
     } catch (error) {
       if (error instanceof KeySetUnavailable) throw unavailable('the token keys cannot be fetched');
       if (error instanceof joseErrors.JOSEError) throw unauthenticated(tokenProblem(error));
       throw unauthenticated('the token is not valid');
+    }
+    // jose checks a present `iat` is a number but not that it is in the past; a token issued
+    // beyond the leeway ahead of this clock is refused as `nbf` would be.
+    if (payload.iat !== undefined && payload.iat > now / 1000 + clockToleranceSeconds) {
+      throw unauthenticated("the token's iat claim is not valid");
     }
     const claims = claimsSchema.safeParse(payload);
     if (!claims.success) throw unauthenticated('the token lacks valid sub, orgs or scope claims');
@@ -104,7 +109,7 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
       organizations: new Set(claims.data.orgs),
       scopes: new Set((claims.data.scope ?? '').split(' ').filter(Boolean)),
       // jose checked `exp` is present and a number, and that it is no further than the tolerance in the past.
-      acceptedUntil: ((payload as { exp: number }).exp + clockToleranceSeconds) * 1000,
+      acceptedUntil: (payload.exp! + clockToleranceSeconds) * 1000,
     };
     verified.delete(token);
     if (verified.size >= verifiedTokensKept) verified.delete(verified.keys().next().value!);

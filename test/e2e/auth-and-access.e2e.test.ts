@@ -64,6 +64,10 @@ describe('authentication and access', () => {
       expectOk(await callApi(service, await sign({ payload: { exp: now() - 10 } }), 'list_workspaces', { page: 1, size: 1 }));
     });
 
+    it('accepts a token issued within the 30 s clock tolerance ahead of the service', async () => {
+      expectOk(await callApi(service, await sign({ payload: { iat: now() + 10 } }), 'list_workspaces', { page: 1, size: 1 }));
+    });
+
     const badTokens: [string, () => Promise<string | undefined>][] = [
       ['no token', async () => undefined],
       ['a non-JWT string', async () => 'not-a-jwt'],
@@ -82,6 +86,8 @@ describe('authentication and access', () => {
       ['a token without exp', () => sign({ omit: ['exp'] })],
       ['a token with exp as a string', () => sign({ payload: { exp: String(now() + 600) } as never })],
       ['a token not valid yet (nbf)', () => sign({ payload: { nbf: now() + 300 } })],
+      ['a token issued in the future beyond the tolerance (iat)', () => sign({ payload: { iat: now() + 300 } })],
+      ['a token with iat as a string', () => sign({ payload: { iat: String(now()) } as never })],
       [
         'an unsigned token (alg none)',
         async () =>
