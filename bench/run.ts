@@ -17,13 +17,12 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { buildApp } from '../src/api/app.js';
 import { mintToken } from '../src/api/tokens.js';
 import { parseConfig } from '../src/config.js';
 import { workspaceStream } from '../src/eventstore/stream-names.js';
 import { createClock } from '../src/infra/clock.js';
 import { startConfiguredTracing } from '../src/observability/tracing.js';
-import { startRuntime } from '../src/runtime/service.js';
+import { buildServiceApp, startRuntime } from '../src/runtime/service.js';
 import { decideWorkspace, initialWorkspaceState } from '../src/domain/workspace.js';
 import { percentile } from './statistics.js';
 
@@ -134,13 +133,7 @@ try {
 
   // 4. HTTP latency, interleaved, in steady state: statistics and visibility map as autovacuum keeps them.
   await runtime.pool.query('VACUUM ANALYZE workspaces');
-  const app = await buildApp({
-    services: runtime.services,
-    logger,
-    bodyLimitBytes: config.bodyLimitBytes,
-    rateLimitPerMinute: 0,
-    serveMetrics: true,
-  });
+  const app = await buildServiceApp(config, runtime, logger, { rateLimitPerMinute: 0, serveMetrics: true });
   await app.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}/api`;
   const token = await mintToken(secret, { subject: 'bench', organizations: [organization], expiresIn: '1h' });

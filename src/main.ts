@@ -1,4 +1,4 @@
-import { answerHttpEdges, buildApp, requestIdFrom } from './api/app.js';
+import { answerHttpEdges, requestIdFrom } from './api/app.js';
 import { errorBody } from './api/errors.js';
 import { allScopes, mintToken } from './api/tokens.js';
 import { ConfigError, defaultDataDir, parseConfig } from './config.js';
@@ -6,7 +6,7 @@ import { createLogger } from './infra/logger.js';
 import { onStopSignal, type StopSignal } from './infra/stop-signals.js';
 import { startMetricsServer, type MetricsServer } from './observability/metrics-server.js';
 import { startConfiguredTracing } from './observability/tracing.js';
-import { startRuntime } from './runtime/service.js';
+import { buildServiceApp, startRuntime } from './runtime/service.js';
 
 /** The organization of the development token printed in embedded mode. */
 const developmentOrganization = 'org_dev';
@@ -43,16 +43,7 @@ async function main(): Promise<void> {
       ),
   );
   const runtime = await startRuntime(config, logger);
-  const app = await buildApp({
-    services: runtime.services,
-    logger,
-    bodyLimitBytes: config.bodyLimitBytes,
-    rateLimitPerMinute: config.rateLimitPerMinute,
-    changeStreamsPerCaller: config.changeStreamsPerCaller,
-    changeStreamHeartbeatMs: config.changeStreamHeartbeatMs,
-    shutdownDrainMs: config.shutdownDrainMs,
-    serveMetrics: config.metrics.port === undefined,
-  });
+  const app = await buildServiceApp(config, runtime, logger);
   let metricsServer: MetricsServer | undefined;
 
   let stopping = false;

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { customAlphabet } from 'nanoid';
 import type { Logger } from 'pino';
-import type { AppServices } from '../api/app.js';
+import { buildApp, type AppOptions, type AppServices } from '../api/app.js';
 import type { AuthSettings } from '../api/auth.js';
 import { createTokenVerifier } from '../api/auth.js';
 import { claimsNotMoved, IdempotencyKeys } from '../api/idempotency.js';
@@ -117,7 +117,6 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
         metrics.projectorBatchDuration.observe(seconds);
       },
     });
-    if (options.runProjector ?? true) projector.start();
     // Appends wake this process's projector directly; other instances hear of them only while theirs is active.
     if (stores.store instanceof PostgresEventStore) stores.store.readLocally(() => projector.isActive);
 
@@ -137,7 +136,6 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       onRoundFailed: () => metrics.integrityTreeFailures.inc(),
       onLeftOut: (reason) => metrics.integrityEventsLeftOut.inc({ reason }),
     });
-    if ((options.runTreeKeeper ?? true) && !config.audit.benchWithoutIntegrity) treeKeeper.start();
 
     const commands = new CommandHandlers({
       store,
@@ -213,7 +211,6 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       },
     });
     metrics.webhookOldestPending = () => oldestPendingSeconds(pool);
-    if (options.deliverWebhooks ?? true) dispatcher.start();
 
     const readiness = () => checkReadiness({ store, pool, progress, projectionWaitMs: config.projectionWaitMs });
     metrics.watch({
@@ -232,6 +229,11 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     listener.onReconnect(() =>
       idempotency.reattach().catch((error: unknown) => logger.warn({ err: (error as Error).message }, claimsNotMoved)),
     );
+
+    // Started once nothing above can fail: a start-up that fails leaves no loop behind on the closed stores.
+    if (options.runProjector ?? true) projector.start();
+    if ((options.runTreeKeeper ?? true) && !config.audit.benchWithoutIntegrity) treeKeeper.start();
+    if (options.deliverWebhooks ?? true) dispatcher.start();
 
     return {
       services: {
@@ -266,4 +268,22 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
     await stores.close();
     throw error;
   }
+}
+
+/**
+ * The app on a runtime, with the options the config gives it: the one mapping from config to app
+ * the service, the tests and the bench share (a bench may override one, such as the rate limit).
+ */
+export function buildServiceApp(config: Config, runtime: Runtime, logger: Logger, overrides: Partial<AppOptions> = {}) {
+  return buildApp({
+    services: runtime.services,
+    logger,
+    bodyLimitBytes: config.bodyLimitBytes,
+    rateLimitPerMinute: config.rateLimitPerMinute,
+    changeStreamsPerCaller: config.changeStreamsPerCaller,
+    changeStreamHeartbeatMs: config.changeStreamHeartbeatMs,
+    shutdownDrainMs: config.shutdownDrainMs,
+    serveMetrics: config.metrics.port === undefined,
+    ...overrides,
+  });
 }

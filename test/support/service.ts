@@ -1,10 +1,9 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { buildApp } from '../../src/api/app.js';
 import { mintToken } from '../../src/api/tokens.js';
 import { parseConfig } from '../../src/config.js';
-import { startRuntime, type Runtime, type RuntimeOptions } from '../../src/runtime/service.js';
+import { buildServiceApp, startRuntime, type Runtime, type RuntimeOptions } from '../../src/runtime/service.js';
 import { createTestDatabase } from './database.js';
 import { conformingFetch } from './openapi-conformance.js';
 import { testSecret } from './secret.js';
@@ -44,15 +43,7 @@ export async function startTestService(options: TestServiceOptions = {}): Promis
   });
   const logger = options.logger ?? pino({ level: config.logLevel });
   const runtime = await startRuntime(config, logger, options);
-  const app = await buildApp({
-    services: runtime.services,
-    logger,
-    bodyLimitBytes: config.bodyLimitBytes,
-    rateLimitPerMinute: config.rateLimitPerMinute,
-    changeStreamsPerCaller: config.changeStreamsPerCaller,
-    changeStreamHeartbeatMs: config.changeStreamHeartbeatMs,
-    serveMetrics: config.metrics.port === undefined,
-  });
+  const app = await buildServiceApp(config, runtime, logger);
   await app.listen({ port: 0, host: '127.0.0.1' });
   const { port } = app.server.address() as AddressInfo;
   return {
