@@ -75,7 +75,8 @@ function answerClientError(log: FastifyBaseLogger, error: NodeJS.ErrnoException,
     error.code === 'HPE_HEADER_OVERFLOW'
       ? [431, 'the request headers are too large']
       : error.code === 'ERR_HTTP_REQUEST_TIMEOUT'
-        ? [408, 'the request was not received in time']
+        ? // 400, not HTTP's 408: the contract's table has no 408, and the request is the client's to fix.
+          [400, 'the request was not received in time']
         : [400, 'the request is not valid HTTP'];
   answerOnSocket(log, socket, status, new ServiceError('bad_request', message), { code: error.code });
 }

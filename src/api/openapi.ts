@@ -126,6 +126,14 @@ function componentSchemas(): Record<string, unknown> {
   );
 }
 
+/** A command's answer kept for its Idempotency-Key and given again: a 200, or the 400, 403 or 404 it ended in. */
+const idempotentReplayedHeader = {
+  description: 'Present, "true", on a replayed answer: the one kept for this Idempotency-Key, not a new execution.',
+  schema: { const: 'true' },
+};
+/** The statuses besides 200 a command's kept answer may have: its own refusals (a 5xx or a 429 frees the key instead). */
+const keptRefusalStatuses = new Set([400, 403, 404]);
+
 const requestIdHeader = {
   description: 'The request id: the x-request-id sent, when valid, else a new one. Also in the logs and in error bodies.',
   schema: { type: 'string' },
@@ -143,20 +151,31 @@ const tagOf = (name: OperationName) => {
 function pathItem(name: OperationName) {
   const operation = operations[name];
   const Name = pascal(name);
-  const errorResponses = Object.fromEntries(
-    byStatus(refusalsOf(name)).map(([status, codes]) => [
-      String(status),
-      {
-        description: codes.map((code) => `\`${code}\`: ${whenRefused[code]}`).join('\n\n'),
-        headers: {
-          'x-request-id': ref('headers', 'RequestId'),
-          ...(status === 401 ? { 'WWW-Authenticate': { schema: { type: 'string', const: 'Bearer' } } } : {}),
-          ...(status === 429 ? { 'Retry-After': { description: 'Seconds to wait.', schema: { type: 'integer' } } } : {}),
+  const errorResponses = {
+    ...Object.fromEntries(
+      byStatus(refusalsOf(name)).map(([status, codes]) => [
+        String(status),
+        {
+          description: codes.map((code) => `\`${code}\`: ${whenRefused[code]}`).join('\n\n'),
+          headers: {
+            'x-request-id': ref('headers', 'RequestId'),
+            ...(status === 401 ? { 'WWW-Authenticate': { schema: { type: 'string', const: 'Bearer' } } } : {}),
+            ...(status === 429 ? { 'Retry-After': { description: 'Seconds to wait.', schema: { type: 'integer' } } } : {}),
+            ...(operation.kind === 'command' && keptRefusalStatuses.has(status)
+              ? { 'idempotent-replayed': ref('headers', 'IdempotentReplayed') }
+              : {}),
+          },
+          content: { 'application/json': { schema: ref('schemas', `${statusName[status]}Error`) } },
         },
-        content: { 'application/json': { schema: ref('schemas', `${statusName[status]}Error`) } },
-      },
-    ]),
-  );
+      ]),
+    ),
+    // Not a code of its own: the contract's bad_request, with the status HTTP gives headers too large.
+    431: {
+      description: "`bad_request`: the request headers are over the server's limit (16 KiB); refused before routing.",
+      headers: { 'x-request-id': ref('headers', 'RequestId') },
+      content: { 'application/json': { schema: ref('schemas', 'BadRequestError') } },
+    },
+  };
   return {
     post: {
       operationId: name,
@@ -184,7 +203,7 @@ function pathItem(name: OperationName) {
             'x-request-id': ref('headers', 'RequestId'),
             ...(operation.kind === 'command'
               ? {
-                  'idempotent-replayed': { description: 'Present, "true", on a replayed answer.', schema: { const: 'true' } },
+                  'idempotent-replayed': ref('headers', 'IdempotentReplayed'),
                   'x-projection-behind': {
                     description:
                       'Present, "true", when the command answered before the read side showed its effect: the projection did not ' +
@@ -382,7 +401,7 @@ export function openApiDocument(version: string) {
           schema: { type: 'string', pattern: idempotencyKeyPattern.source },
         },
       },
-      headers: { RequestId: requestIdHeader },
+      headers: { RequestId: requestIdHeader, IdempotentReplayed: idempotentReplayedHeader },
     },
   };
 }
