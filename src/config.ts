@@ -2,7 +2,7 @@ import { createPrivateKey } from 'node:crypto';
 import { z } from 'zod';
 
 /** Webhook retries (contract §15): the contract's schedule: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h. */
-export const defaultRetrySchedule = '5s,5m,30m,2h,5h,10h,10h';
+const defaultRetrySchedule = '5s,5m,30m,2h,5h,10h,10h';
 
 /** Where the embedded default keeps its database, JWT secret and audit key. */
 export const defaultDataDir = './.data';
@@ -10,7 +10,7 @@ export const defaultDataDir = './.data';
 const units: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
 
 /** A duration such as `250ms`, `5s`, `30m`, `2h`, `5d` in milliseconds; undefined when malformed. */
-export function parseDuration(text: string): number | undefined {
+function parseDuration(text: string): number | undefined {
   const match = /^(\d{1,9})(ms|s|m|h|d)$/.exec(text.trim());
   return match ? Number(match[1]) * units[match[2]!]! : undefined;
 }

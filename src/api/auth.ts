@@ -95,6 +95,8 @@ export function createTokenVerifier(settings: AuthSettings): TokenVerifier {
     } catch (error) {
       if (error instanceof KeySetUnavailable) throw unavailable('the token keys cannot be fetched');
       if (error instanceof joseErrors.JOSEError) throw unauthenticated(tokenProblem(error));
+      // What else jose throws comes from the token's bytes (a TypeError decoding malformed base64url):
+      // the key cannot fail, the configuration having checked the secret or the key set answering above.
       throw unauthenticated('the token is not valid');
     }
     // jose checks a present `iat` is a number but not that it is in the past; a token issued

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyReply, FastifyRequest } from 'fastify';
 import { InvalidValue, RecordIdTaken, RecordNotFound } from '../domain/errors.js';
-import { RetryLater, ServiceError, ShuttingDown, unavailable, unexpected, type ErrorCode, type ErrorDetail } from '../errors.js';
+import { invalid, RetryLater, ServiceError, ShuttingDown, unavailable, unexpected, type ErrorCode, type ErrorDetail } from '../errors.js';
 import { EventStoreUnavailable } from '../eventstore/port.js';
 import { isConnectionError } from '../infra/postgres.js';
 
@@ -32,8 +32,8 @@ const fastifyCodes: Record<string, [ErrorCode, string]> = {
 export function toServiceError(error: unknown): ServiceError {
   if (error instanceof ServiceError) return error;
   if (error instanceof RecordNotFound) return new ServiceError('not_found', error.message);
-  if (error instanceof InvalidValue)
-    return new ServiceError('validation_error', 'invalid parameters', [{ path: `params.${error.field}`, message: error.message }]);
+  if (error instanceof InvalidValue) return invalid(`params.${error.field}`, error.message);
+  // Every domain error is mapped here; a generated id already in use is a bug, answered 500 and logged.
   if (error instanceof RecordIdTaken) return unexpected();
   if (error instanceof EventStoreUnavailable || isConnectionError(error)) {
     return unavailable();

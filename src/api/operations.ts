@@ -2,7 +2,7 @@ import { decodeCursor } from '../changes/cursor.js';
 import { changeTypes, readableTypes, type ChangePage, type ChangeQuery } from '../changes/feed.js';
 import { startOfLog } from '../eventstore/port.js';
 import type { WebhookStore } from '../webhooks/adapters/store.js';
-import { notFound, organizationNotGranted, ServiceError } from '../errors.js';
+import { invalid, notFound, organizationNotGranted, ServiceError } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { FieldProvenance } from '../audit/provenance.js';
 import type { RecordDiff } from '../audit/provenance-reads.js';
@@ -125,9 +125,8 @@ function visibleOrganizations(caller: Caller, filter: string | undefined): strin
 
 /** The change feed query of `list_changes`' parameters, for this caller. */
 export function changeQueryOf(params: ParamsOf<'list_changes'>, caller: Caller, scopes: ReadonlySet<string>): ChangeQuery {
-  const after = params.after === undefined ? startOfLog : decodeCursor(params.after);
   // The schema let only decodable cursors through.
-  if (!after) throw new ServiceError('validation_error', 'invalid parameters', [{ path: 'params.after', message: 'must be a cursor' }]);
+  const after = params.after === undefined ? startOfLog : decodeCursor(params.after)!;
   return {
     organizations: visibleOrganizations(caller, params.organization_id),
     workspaceId: params.workspace_id,
@@ -140,7 +139,7 @@ export function changeQueryOf(params: ParamsOf<'list_changes'>, caller: Caller, 
 /** A webhook target refused as written (contract §15): a validation error on `params.url`. */
 function checkTarget(webhooks: Webhooks, url: string | undefined): void {
   const problem = url === undefined ? undefined : webhooks.targetProblem(url);
-  if (problem) throw new ServiceError('validation_error', 'invalid parameters', [{ path: 'params.url', message: problem }]);
+  if (problem) throw invalid('params.url', problem);
 }
 
 /** The members given a value (an optional parameter left out is not a change). */

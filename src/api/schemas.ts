@@ -61,7 +61,7 @@ const instantRange = <Id extends z.ZodType>(id: Id) =>
     .refine(({ from, to }) => to === undefined || to >= from, { path: ['to'], message: 'must not be earlier than from' });
 
 /** A change feed cursor (contract §14): opaque, as `list_changes` gave it. */
-export const cursor = z
+const cursor = z
   .string()
   .refine((value) => decodeCursor(value) !== undefined, 'must be a cursor from list_changes (`next` or a change id)')
   .meta({ description: 'A cursor from list_changes: opaque, 1 to 128 of A-Z a-z 0-9 _ -.', pattern: '^[A-Za-z0-9_-]{1,128}$' });
@@ -298,7 +298,7 @@ const provenanceSchema = z.strictObject({
 });
 
 /** The RFC 6902 operations a diff holds: a record's diff adds, removes and replaces, never moves, copies or tests. */
-export const patchOperationSchema = z.discriminatedUnion('op', [
+const patchOperationSchema = z.discriminatedUnion('op', [
   z.strictObject({ op: z.literal('add'), path: text('An RFC 6901 JSON Pointer; "" is the whole record.'), value: z.unknown() }),
   z.strictObject({ op: z.literal('remove'), path: text('An RFC 6901 JSON Pointer; "" is the whole record.') }),
   z.strictObject({ op: z.literal('replace'), path: text('An RFC 6901 JSON Pointer.'), value: z.unknown() }),
@@ -313,7 +313,7 @@ const diffSchema = <Item extends z.ZodType, Change extends z.ZodType>(record: It
     changes: z.array(change).meta({ description: 'The history items with `from` < occurred_at ≤ `to`, oldest first.' }),
   });
 /** A change of the feed (contract §14): `version` and `data` as in the record's history. */
-export const changeSchema = z.strictObject({
+const changeSchema = z.strictObject({
   id: cursor.meta({ description: "The change's cursor: `after` or `Last-Event-ID` continue after it." }),
   type: changeType,
   occurred_at: timestamp,
@@ -331,7 +331,7 @@ const changePageSchema = z.strictObject({
   has_more: z.boolean().meta({ description: 'Whether more changes were already there when this page was read.' }),
 });
 
-export const webhookSchema = z.strictObject({
+const webhookSchema = z.strictObject({
   id: webhookId,
   organization_id: organizationId,
   url: z.string(),
@@ -350,7 +350,7 @@ const webhookWithSecretSchema = webhookSchema.extend({
   secret: text('`whsec_` and the base64 of 32 random bytes: shown only in this answer. Verify signatures with it.'),
 });
 
-export const deliverySchema = z.strictObject({
+const deliverySchema = z.strictObject({
   change_id: cursor,
   type: changeType,
   status: deliveryStatus,
@@ -364,7 +364,7 @@ export const deliverySchema = z.strictObject({
 const deletedSchema = <Id extends z.ZodString>(id: Id) => z.strictObject({ id });
 
 /** A signed checkpoint of an organization's tree (contract §16). */
-export const checkpointSchema = z
+const checkpointSchema = z
   .strictObject({
     organization_id: organizationId,
     size: z.number().int().min(1).meta({ description: "How many of the organization's events the tree holds." }),

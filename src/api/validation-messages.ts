@@ -120,7 +120,7 @@ const unknownMemberRule = (path: readonly PropertyKey[]) =>
   path.length === 0 ? 'is not a parameter of this operation' : 'is not an allowed member of this object';
 
 /** The message for one issue, in the service's words; the library's own messages are never used. */
-export function validationMessage(issue: Issue): string {
+function validationMessage(issue: Issue): string {
   switch (issue.code) {
     case 'invalid_type':
       return typeRule(issue);

@@ -28,7 +28,7 @@ export type EventOf<K extends RecordKind> = K extends 'workspace' ? WorkspaceEve
 const streamOf = (kind: RecordKind, id: string) => (kind === 'workspace' ? workspaceStream(id) : solutionStream(id));
 
 /** The record's events as logged; empty when it never existed or belongs to an organization not given. */
-export async function accessibleRecord(
+async function accessibleRecord(
   store: EventStore,
   kind: RecordKind,
   id: string,

@@ -121,7 +121,7 @@ export type StoredChange = {
   data: DomainEvent['data'];
 };
 
-export const positionOf = (row: Pick<StoredChange, 'commit_position' | 'prepare_position'>): GlobalPosition => ({
+const positionOf = (row: Pick<StoredChange, 'commit_position' | 'prepare_position'>): GlobalPosition => ({
   commit: BigInt(row.commit_position),
   prepare: BigInt(row.prepare_position),
 });

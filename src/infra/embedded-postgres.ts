@@ -185,6 +185,7 @@ const checkName = 'workspace-solution-api stop check';
 async function accepts(url: string): Promise<boolean> {
   // Named like the stop check, so that its backend, which may outlive it a moment, is not taken for another user.
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000, application_name: checkName });
+  // A probe: a failure to connect or query is its answer (caught below); an error event adds nothing.
   client.on('error', () => undefined);
   try {
     await client.connect();
@@ -225,6 +226,7 @@ async function stopServer(databaseDir: string, logger: Logger): Promise<void> {
 /** Client sessions of other processes; undefined when the server does not answer (nothing left to stop). */
 async function otherClients(url: string): Promise<number | undefined> {
   const client = new pg.Client({ connectionString: url, application_name: checkName });
+  // A probe: a failure to connect or query is its answer (caught below); an error event adds nothing.
   client.on('error', () => undefined);
   try {
     await client.connect();

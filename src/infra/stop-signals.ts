@@ -5,7 +5,7 @@ export type StopSignal = 'SIGINT' | 'SIGTERM';
  * whole foreground process group, and `npm start` (like any `npm run`) forwards the signal it gets
  * to its script as well: one press arrives twice, a few milliseconds apart.
  */
-export const repeatedSignalWindowMs = 1000;
+const repeatedSignalWindowMs = 1000;
 
 /**
  * Calls `stop` on the first SIGINT or SIGTERM and keeps the process alive while it runs (Node's

@@ -15,7 +15,7 @@ export type PublicJwk = { kty: 'OKP'; crv: 'Ed25519'; x: string; kid: string; al
 export type SigningKey = { keyId: string; privateKey: KeyObject; publicJwk: PublicJwk };
 
 /** The bytes a checkpoint's signature covers. */
-export const signedBytes = ({ organization_id, size, root_hash, timestamp }: CheckpointBody) =>
+const signedBytes = ({ organization_id, size, root_hash, timestamp }: CheckpointBody) =>
   Buffer.from(canonicalJson({ organization_id, size, root_hash, timestamp }), 'utf8');
 
 /** RFC 7638 thumbprint of the public key: the key id, the same wherever the key is loaded. */

@@ -32,7 +32,7 @@ const leafInput = Buffer.alloc(33);
 const nodeInput = Buffer.alloc(65, 1);
 
 /** The hash of a leaf: SHA-256(0x00 ‖ the event hash's bytes). */
-export function leafHash(eventHashHex: string): Buffer {
+function leafHash(eventHashHex: string): Buffer {
   if (eventHashHex.length === 64 && leafInput.write(eventHashHex, 1, 'hex') === 32) return sha256(leafInput);
   return leafHashOfBytes(Buffer.from(eventHashHex, 'hex'));
 }
@@ -47,7 +47,7 @@ export function leafHashAt(hashes: Buffer, offset: number): Buffer {
 }
 
 /** The hash of an inner node: SHA-256(0x01 ‖ left ‖ right). */
-export function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
+function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
   if (left.length !== 32 || right.length !== 32) return sha256(Buffer.concat([nodeInput.subarray(0, 1), left, right]));
   nodeInput.set(left, 1);
   nodeInput.set(right, 33);
@@ -61,10 +61,10 @@ export function nodeHashAt(hashes: Buffer, offset: number): Buffer {
 }
 
 /** The root of the empty tree: SHA-256 of nothing. */
-export const emptyRoot = () => sha256(new Uint8Array(0));
+const emptyRoot = () => sha256(new Uint8Array(0));
 
 /** The largest power of two smaller than n (n > 1): where RFC 9162 splits a tree of n leaves. */
-export function splitPoint(n: number): number {
+function splitPoint(n: number): number {
   let k = 1;
   while (k * 2 < n) k *= 2;
   return k;
@@ -73,7 +73,7 @@ export function splitPoint(n: number): number {
 const isPowerOfTwo = (n: number) => n > 0 && (n & (n - 1)) === 0;
 
 /** MTH(D[start:end]), from the stored nodes; 0 ≤ start < end. */
-export function subtreeHash(start: number, end: number, lookup: NodeLookup): Buffer {
+function subtreeHash(start: number, end: number, lookup: NodeLookup): Buffer {
   const width = end - start;
   if (isPowerOfTwo(width) && start % width === 0) return lookup(Math.log2(width), start / width);
   const k = splitPoint(width);

@@ -33,11 +33,6 @@ export type ScrapeSources = {
 };
 
 /**
- * The service's Prometheus metrics, on a registry of its own: several instances in one process
- * (the tests) each count their own. Components are handed the instruments they record into; the
- * gauges of state (readiness, projection lag, the cascade backlog) ask `ScrapeSources` at scrape time.
- */
-/**
  * One read shared by the gauges that report parts of it within a scrape: calls while it runs get
  * the same answer. A read that fails answers undefined, which the gauges report as NaN (unknown)
  * rather than failing the whole scrape.
@@ -50,6 +45,11 @@ function sharedProbe<T>(read: () => Promise<T>): () => Promise<T | undefined> {
       .finally(() => (running = undefined)));
 }
 
+/**
+ * The service's Prometheus metrics, on a registry of its own: several instances in one process
+ * (the tests) each count their own. Components are handed the instruments they record into; the
+ * gauges of state (readiness, projection lag, the cascade backlog) ask `ScrapeSources` at scrape time.
+ */
 export class Metrics {
   readonly registry = new Registry();
 

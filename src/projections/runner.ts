@@ -102,6 +102,8 @@ export class ProjectionRunner {
   private loop: Promise<void> | undefined;
   private active = false;
   private failures = 0;
+  /** When the sign of life was last renewed (`renew`), in ms since the epoch. */
+  private lastRenewal = 0;
 
   constructor(private readonly options: ProjectionRunnerOptions) {}
 
@@ -122,6 +124,7 @@ export class ProjectionRunner {
     const { logger } = this.options;
     while (!this.abort.signal.aborted) {
       const client = new pg.Client({ connectionString: this.options.connectionString, ...connectionSettings });
+      // A lost session fails the statement in flight, which ends this loop's turn and is logged there.
       client.on('error', () => undefined);
       try {
         await client.connect();
@@ -476,8 +479,6 @@ export class ProjectionRunner {
     await loader.connect();
     return { cache: new RowCache(this.options.cachedRows ?? 100_000), loader };
   }
-
-  private lastRenewal = 0;
 
   /** Renews the sign of life (at most every `renewEveryMs`); a leader that was replaced finds out here. */
   private async renew(client: pg.Client, claim = false): Promise<void> {

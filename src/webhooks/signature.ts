@@ -17,7 +17,7 @@ const keyOf = (secret: string): Buffer =>
   Buffer.from(secret.startsWith(secretPrefix) ? secret.slice(secretPrefix.length) : secret, 'base64');
 
 /** One `v1,<base64>` signature of a message. */
-export function signature(secret: string, id: string, timestampSeconds: number, body: string): string {
+function signature(secret: string, id: string, timestampSeconds: number, body: string): string {
   return `v1,${createHmac('sha256', keyOf(secret)).update(`${id}.${timestampSeconds}.${body}`).digest('base64')}`;
 }
 

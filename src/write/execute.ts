@@ -205,6 +205,7 @@ function moveMarkOver(
   if (!last || (expected && last.version === expected.through && !replace)) return;
   const lastOwn = events.at(-1);
   const headHash = lastOwn?.version === last.version ? storedHashes(lastOwn.stored.metadata)?.hash : undefined;
+  // Not awaited and never rejecting (CommandIndex.advance): the answer does not wait on derived data.
   void commandIndex.advance(streamName, {
     expected,
     entries: commandEntries(indexedEvents(events)),
@@ -285,6 +286,7 @@ function indexAppended(
 ): void {
   const { before, after, events, commandIds, passedSnapshot } = appended;
   if (commandIds.some((commandId) => commandId !== undefined)) {
+    // Not awaited and never rejecting (CommandIndex.advance, indexTail): the answer does not wait on derived data.
     void commandIndex.advance(streamName, {
       expected: before.version === 0n ? undefined : { through: before.version, headHash: before.hash },
       entries: commandEntries(commandIds.map((commandId, index) => ({ version: before.version + BigInt(index + 1), commandId }))),
@@ -293,7 +295,10 @@ function indexAppended(
   } else if (passedSnapshot) void indexTail(store, streamName, commandIndex);
 }
 
-/** Brings the stream's index up to its end from its mark; a void mark is left to the next keyed command, which reads the stream whole. */
+/**
+ * Brings the stream's index up to its end from its mark; a void mark is left to the next keyed
+ * command, which reads the stream whole. Never throws, like the index's own calls: it is derived data.
+ */
 async function indexTail(store: EventStore, streamName: string, commandIndex: CommandIndex): Promise<void> {
   const lookup = await commandIndex.lookup(streamName, []);
   if (!lookup) return;
@@ -432,6 +437,7 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
       recent?.set(streamName, known.head, state);
       const passedSnapshot = known.head.version / snapshotInterval > current.head.version / snapshotInterval;
       if (snapshots && passedSnapshot) {
+        // Not awaited and never rejecting (SnapshotStore.save): a snapshot not kept costs time later, nothing else.
         void snapshots.save([{ streamName, head: known.head, eventId: events.at(-1)!.id, occurredAt: occurredAt!, state }]);
       }
       if (commandIndex)

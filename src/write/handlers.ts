@@ -1,6 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
-import { notFound, organizationNotGranted, RetryLater, ServiceError } from '../errors.js';
+import { notFound, organizationNotGranted, RetryLater } from '../errors.js';
 import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { CascadeWorker } from './cascade.js';
@@ -189,12 +189,8 @@ export class CommandHandlers {
       return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
     });
     await this.awaitProjection(caller, outcome.position);
-    // The solutions are already hidden; their own deletion events are written before answering,
-    // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
-    await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
-      this.deps.logger.warn({ err: (error as Error).message, workspaceId: id }, 'cascade deferred to the background');
-      this.deps.cascade.drainAll();
-    });
+    // The solutions are already hidden; their own deletion events are written before answering.
+    await this.cascadeNowOrLater(id);
     return { id };
   }
 
@@ -253,8 +249,19 @@ export class CommandHandlers {
       },
     );
     if (!parent || parent.state.status === 'active') return;
-    await this.deps.cascade.drainWorkspace(workspaceId).catch(() => this.deps.cascade.drainAll());
+    await this.cascadeNowOrLater(workspaceId);
     throw notFound(what);
+  }
+
+  /**
+   * Writes the deletions of a deleted workspace's solutions, or, if that fails, leaves them to the
+   * background worker: the workspace's deletion is durable, so the command is not reported as failed.
+   */
+  private async cascadeNowOrLater(workspaceId: string): Promise<void> {
+    await this.deps.cascade.drainWorkspace(workspaceId).catch((error: unknown) => {
+      this.deps.logger.warn({ err: (error as Error).message, workspaceId }, 'cascade deferred to the background');
+      this.deps.cascade.drainAll();
+    });
   }
 
   /** The workspace if it is active and the caller may access it; otherwise `what` is not found. */
@@ -342,7 +349,8 @@ export class CommandHandlers {
 
   private settled<State, Record>(state: State, record: (state: State) => Record | undefined): Record {
     const result = record(state);
-    if (!result) throw new ServiceError('internal_error', 'command left no active record');
+    // A decider that accepted a command always leaves an active record: reaching this is a bug, logged and answered 500.
+    if (!result) throw new Error('command left no active record');
     return result;
   }
 }

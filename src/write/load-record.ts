@@ -82,6 +82,7 @@ async function foldFrom<State, Event extends DomainEvent>(
   let lastOwn: LoggedEvent | undefined;
   const made: RecordSnapshot[] = [];
   const keep = () => {
+    // Not awaited and never rejecting (SnapshotStore.save): the read does not wait on derived data.
     if (snapshots && made.length > 0) void snapshots.save(made);
   };
   // From the snapshot's own event, to see that it is still there.

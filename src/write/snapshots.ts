@@ -16,7 +16,7 @@ import type { Timestamp } from '../domain/timestamp.js';
 export const snapshotInterval = 100n;
 
 /** Changed whenever a state's shape, or what evolve makes of an event, changes: snapshots of another format are ignored. */
-export const snapshotFormat = 1;
+const snapshotFormat = 1;
 
 export type RecordSnapshot = {
   streamName: string;

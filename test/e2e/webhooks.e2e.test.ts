@@ -156,6 +156,15 @@ describe('webhooks', () => {
     expect(log.items.map((d) => [d.change_id, d.status, d.attempts, d.last_status_code])).toEqual(
       changes.map((change) => [change.id, 'succeeded', 1, 200]),
     );
+    // Paged in log order, each page with the total, and past the last page an empty one.
+    for (const [page, expected] of [
+      [1, [changes[0]!.id]],
+      [2, [changes[1]!.id]],
+      [3, []],
+    ] as const) {
+      const onePerPage = await ok(service, token, 'list_webhook_deliveries', { id: created.id, page, size: 1 });
+      expect([onePerPage.total, onePerPage.items.map((d) => d.change_id)]).toEqual([2, expected]);
+    }
     await sleep(300);
     expect(receiver.deliveries('/plain')).toHaveLength(2);
     // Counted by the delivery thread, in the service's metrics.

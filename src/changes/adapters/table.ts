@@ -45,7 +45,7 @@ const pageColumns =
  * is more, so that no answer grows past what can be built in memory (a thousand such changes are
  * more than a JavaScript string holds). The first change is shown whatever its size.
  */
-export const pageDataBudgetBytes = 16 * 1024 * 1024;
+const pageDataBudgetBytes = 16 * 1024 * 1024;
 
 /**
  * The rows of `candidates` (the next `limit + 1`, in log order) that fit the page's data budget

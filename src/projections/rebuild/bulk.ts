@@ -5,10 +5,9 @@ import { readLoggedEvent, UnreadableEvent, type LoggedEvent, type SkippedEvents 
 import { startOfLog, type EventStore, type GlobalPosition, type StreamOrderedLog } from '../../eventstore/port.js';
 import { isSolutionEvent, isWorkspaceEvent } from '../../domain/events.js';
 import { evolveSolutionRow, type SolutionRow } from '../solutions-table.js';
-import { advanceCheckpoint } from '../tables.js';
 import { evolveWorkspaceRow, type WorkspaceRow } from '../workspaces-table.js';
 import { copyJson, copyText, TableLoad } from './table-load.js';
-import { stoppedAt } from './copy.js';
+import { moveCheckpoint, stoppedAt } from './copy.js';
 
 /**
  * The bulk load: the rebuild's first pass over the log, where the store can read it stream by
@@ -92,7 +91,7 @@ export async function bulkLoad(options: {
   await createStagingTables(connections.workspaces);
   const loaded = await read((log) => foldStreams({ store, log, connections, skipped, progress, progressEvery }));
   // The catch-up moves the rebuild's checkpoint from where the load got.
-  if (loaded.position) await advanceCheckpoint(connections.workspaces, startOfLog, loaded.position);
+  if (loaded.position) await moveCheckpoint(connections.workspaces, startOfLog, loaded.position);
   const cascades = await hideSolutionsOfInactiveWorkspaces(connections.workspaces);
   await Promise.all([countPerOrganization(connections.workspaces), countPerWorkspace(connections.solutions)]);
   await dropStagingTables(connections.workspaces);

@@ -148,7 +148,7 @@ async function writeBatch(writer: pg.Client, solutionWriter: pg.Client, batch: B
     // Lets the solutions' writes end before the caller moves on; their error was thrown above.
     await solutions.catch(() => undefined);
   }
-  await moveCheckpoint(writer, batch);
+  await moveCheckpoint(writer, batch.from, batch.to);
 }
 
 function slices<T>(items: T[]): T[][] {
@@ -161,11 +161,12 @@ function slices<T>(items: T[]): T[][] {
 export async function writeBatchInTransaction(client: pg.Client, batch: Batch): Promise<void> {
   // Cascades are kept in memory and handed to the live cascade_pending at the switch.
   await writeChanges(client, { ...batch.changes, pendingCascades: [] });
-  await moveCheckpoint(client, batch);
+  await moveCheckpoint(client, batch.from, batch.to);
 }
 
-async function moveCheckpoint(client: pg.Client, batch: Batch): Promise<void> {
-  if (!(await advanceCheckpoint(client, batch.from, batch.to))) {
+/** Moves the rebuild's checkpoint, which only this rebuild may have moved since `from`. */
+export async function moveCheckpoint(client: pg.Client, from: GlobalPosition, to: GlobalPosition): Promise<void> {
+  if (!(await advanceCheckpoint(client, from, to))) {
     throw new Error('the rebuild checkpoint moved under the rebuild; is another rebuild writing to its schema?');
   }
 }

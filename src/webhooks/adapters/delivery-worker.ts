@@ -77,8 +77,11 @@ port.on('message', (message: ToDeliveryThread) => {
     void (async () => {
       try {
         await dispatcher.stop();
-      } finally {
         await pool.end();
+      } catch (error) {
+        // The stop goes on: what was leased and not recorded is attempted again once its lease runs out.
+        logger.warn({ err: (error as Error).message }, 'the delivery thread stopped uncleanly');
+      } finally {
         // The thread ends once nothing is left to run; closing the port is the last thing.
         port.close();
       }

@@ -13,8 +13,6 @@ import {
   type WebhookWithSecret,
 } from '../webhook.js';
 
-/** The webhooks' rows (src/infra/migrations/0009-webhooks.ts): what the eight operations read and write. */
-
 const webhookColumns = `id, organization_id, url, types, description, enabled, disabled_reason,
   ${isoMicros('created_at')} AS created_at, ${isoMicros('updated_at')} AS updated_at`;
 
@@ -24,6 +22,11 @@ const present = ({ secret: _secret, ...webhook }: Row): Webhook => webhook;
 
 export type WebhookChanges = { url?: string; types?: ChangeType[]; description?: string; enabled?: boolean };
 
+/**
+ * The webhooks' rows (src/infra/migrations/0012-webhooks.ts and after): what the eight operations
+ * read and write. A deleted webhook's row is removed, so its `deleted` column stays false; the
+ * queries still say `NOT deleted`, the condition of the index they page by.
+ */
 export class WebhookStore {
   constructor(
     private readonly pool: Pool,
@@ -167,22 +170,25 @@ export class WebhookStore {
     status: DeliveryStatus | undefined,
   ): Promise<Page<Delivery> | undefined> {
     if (!(await this.get(id, organizations))) return undefined;
-    const [{ rows }, { rows: counted }] = await Promise.all([
-      // Read with its webhook, in the same snapshot: disabled, it plans no attempt, whatever its
-      // deliveries' rows still hold until the dispatcher's sweep parks them (an attempt out, too).
-      this.pool.query<DeliveryRow>(
-        `SELECT ${deliveryColumns('w.enabled')} FROM webhook_deliveries JOIN webhooks w ON w.id = webhook_deliveries.webhook_id
-         WHERE webhook_deliveries.webhook_id = $1 AND ($2::text IS NULL OR status = $2)
-         -- Qualified: the bare names would sort by the selected text columns, where '1011' < '301'.
-         ORDER BY webhook_deliveries.commit_position, webhook_deliveries.prepare_position OFFSET $3 LIMIT $4`,
-        [id, status ?? null, offsetOf(request), request.size],
-      ),
-      this.pool.query<{ total: string }>(
-        'SELECT count(*)::text AS total FROM webhook_deliveries WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2)',
-        [id, status ?? null],
-      ),
-    ]);
-    return { total: Number(counted[0]?.total ?? 0), page: request.page, size: request.size, items: rows.map(deliveryOf) };
+    // One statement, so the total and the items come from the same snapshot (as in `list`).
+    const { rows } = await this.pool.query<DeliveryRow & { total: string }>(
+      `SELECT c.total, d.* FROM
+         (SELECT count(*)::text AS total FROM webhook_deliveries WHERE webhook_id = $1 AND ($2::text IS NULL OR status = $2)) c
+         LEFT JOIN LATERAL (
+           -- Read with its webhook, in the same snapshot: disabled, it plans no attempt, whatever its
+           -- deliveries' rows still hold until the dispatcher's sweep parks them (an attempt out, too).
+           SELECT ${deliveryColumns('w.enabled')},
+             webhook_deliveries.commit_position AS commit_order, webhook_deliveries.prepare_position AS prepare_order
+           FROM webhook_deliveries JOIN webhooks w ON w.id = webhook_deliveries.webhook_id
+           WHERE webhook_deliveries.webhook_id = $1 AND ($2::text IS NULL OR status = $2)
+           -- Qualified: the bare names would sort by the selected text columns, where '1011' < '301'.
+           ORDER BY webhook_deliveries.commit_position, webhook_deliveries.prepare_position OFFSET $3 LIMIT $4
+         ) d ON true
+       ORDER BY d.commit_order, d.prepare_order`,
+      [id, status ?? null, offsetOf(request), request.size],
+    );
+    const items = rows.filter((row) => row.commit_position !== null).map(deliveryOf);
+    return { total: Number(rows[0]?.total ?? 0), page: request.page, size: request.size, items };
   }
 
   /**
