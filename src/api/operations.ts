@@ -20,7 +20,7 @@ export type Webhooks = Pick<WebhookStore, 'create' | 'get' | 'list' | 'update' |
   targetProblem(url: string): string | undefined;
 };
 
-/** The read side as the API sees it: plain queries over the read tables. */
+/** The read side as the API sees it: queries over the read tables, and over the event store for a record's past (`as_of`, history, provenance, diffs, proofs). */
 export type Queries = {
   getWorkspace(id: string, organizations: readonly string[]): Promise<Workspace | undefined>;
   workspaceAsOf(id: string, organizations: ReadonlySet<string>, asOf: string): Promise<Workspace>;

@@ -5,6 +5,7 @@ import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eve
 import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings, isConnectionError } from '../infra/postgres.js';
+import { sleepUnlessAborted } from '../infra/sleep.js';
 import { applyBatch, rowsToLoad, type BatchChanges, type LoadedRows } from './batch.js';
 import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
@@ -517,14 +518,6 @@ export class ProjectionRunner {
   }
 
   private sleep(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.abort.signal.removeEventListener('abort', done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.abort.signal.addEventListener('abort', done);
-    });
+    return sleepUnlessAborted(ms, this.abort.signal);
   }
 }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { comparePositions, latestPosition, type EventStore, type GlobalPosition, type RecordedEvent } from '../../eventstore/port.js';
 import { inTransaction, type Pool } from '../../infra/postgres.js';
+import { sleepUnlessAborted } from '../../infra/sleep.js';
 import { signCheckpoint, type SigningKey } from '../checkpoints.js';
 import { appendLeaves, frontier, lookupIn, nodesRead, rootHash } from '../merkle.js';
 import { placeEvents, type PlacedLeaf } from '../tree.js';
@@ -85,7 +86,7 @@ export class TreeKeeper {
       let read = 0;
       try {
         if (await this.options.deferWhile?.()) {
-          await sleep(idleMs, this.stopping.signal);
+          await sleepUnlessAborted(idleMs, this.stopping.signal);
           continue;
         }
         read = await this.catchUp();
@@ -97,10 +98,10 @@ export class TreeKeeper {
         failures += 1;
         this.options.onRoundFailed?.();
         logger.warn({ err: (error as Error).message, failures }, 'integrity tree could not advance; retrying');
-        await sleep(Math.min(idleMs * 2 ** failures, maxRetryDelayMs), this.stopping.signal);
+        await sleepUnlessAborted(Math.min(idleMs * 2 ** failures, maxRetryDelayMs), this.stopping.signal);
         continue;
       }
-      if (read < batchSize) await sleep(idleMs, this.stopping.signal);
+      if (read < batchSize) await sleepUnlessAborted(idleMs, this.stopping.signal);
     }
   }
 
@@ -188,14 +189,3 @@ export class TreeKeeper {
     }
   }
 }
-
-const sleep = (milliseconds: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const timer = setTimeout(done, milliseconds);
-    function done() {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    }
-    signal.addEventListener('abort', done);
-  });
