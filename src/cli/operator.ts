@@ -32,8 +32,9 @@ async function exitOnInterrupt(signal: StopSignal): Promise<void> {
 export function operatorSetup(onStop: (signal: StopSignal) => unknown = exitOnInterrupt): { config: Config; logger: Logger } {
   onStopSignal(onStop);
   try {
-    const config = parseConfig(process.env, 'tool');
-    return { config, logger: pino({ level: process.env.LOG_LEVEL || 'warn' }, pino.destination(2)) };
+    // A tool logs warnings and worse unless told otherwise: its report is what it prints.
+    const config = parseConfig({ ...process.env, LOG_LEVEL: process.env.LOG_LEVEL || 'warn' }, 'tool');
+    return { config, logger: pino({ level: config.logLevel }, pino.destination(2)) };
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     process.stderr.write(`${error.message}\n`);
