@@ -68,6 +68,8 @@ export function sendServiceError(
   cause: unknown = serviceError,
 ): FastifyReply {
   const status = statusOf[serviceError.code];
+  // Set while a command waited for its projection: it speaks of a change answered as done, never of an error.
+  reply.removeHeader('x-projection-behind');
   if (status >= 500 && !(serviceError instanceof ShuttingDown)) request.log.error({ err: cause }, 'request failed');
   else request.log.info({ code: serviceError.code }, serviceError.message);
   if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');

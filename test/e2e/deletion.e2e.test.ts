@@ -179,3 +179,27 @@ describe('deletion', () => {
     });
   });
 });
+
+describe('a change answered not found because its workspace went while it waited for the projection', () => {
+  let service: TestService;
+  beforeAll(async () => {
+    service = await startTestService({ env: { PROJECTION_WAIT_MS: '1500' } });
+  });
+  afterAll(() => service?.close());
+
+  it('is a 404 without x-projection-behind: that header speaks only of a change answered as done', async () => {
+    const token = await service.token(['org_del_wait']);
+    const workspace = await ok(service, token, 'create_workspace', { organization_id: 'org_del_wait', name: 'W' });
+    const solution = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'S' });
+    // With the projector away, the update waits out its projection; the workspace is deleted meanwhile.
+    await service.runtime.projector.stop();
+    const update = callApi(service, token, 'update_solution', { id: solution.id, name: 'T' });
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const deletion = callApi(service, token, 'delete_workspace', { id: workspace.id });
+    const [updated, deleted] = await Promise.all([update, deletion]);
+    expectOk(deleted);
+    expect(deleted.headers.get('x-projection-behind')).toBe('true');
+    expectError(updated, 404, 'not_found');
+    expect(updated.headers.get('x-projection-behind')).toBeNull();
+  });
+});

@@ -75,16 +75,14 @@ port.on('message', (message: ToDeliveryThread) => {
     progress.moveTo(message.position);
   } else if (message.type === 'stop') {
     void (async () => {
-      try {
-        await dispatcher.stop();
-        await pool.end();
-      } catch (error) {
-        // The stop goes on: what was leased and not recorded is attempted again once its lease runs out.
-        logger.warn({ err: (error as Error).message }, 'the delivery thread stopped uncleanly');
-      } finally {
-        // The thread ends once nothing is left to run; closing the port is the last thing.
-        port.close();
-      }
+      // Each step is taken whatever the one before did: what was leased and not recorded is
+      // attempted again once its lease runs out.
+      const stopped = (step: string) => (error: unknown) =>
+        logger.warn({ err: (error as Error).message, step }, 'the delivery thread stopped uncleanly');
+      await dispatcher.stop().catch(stopped('dispatcher'));
+      await pool.end().catch(stopped('pool'));
+      // The thread ends once nothing is left to run; closing the port is the last thing.
+      port.close();
     })();
   }
 });

@@ -35,7 +35,7 @@ describe('a start-up that fails', () => {
         Number(
           (
             await observer.query<{ count: string }>(
-              'SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+              "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
             )
           ).rows[0]!.count,
         );
