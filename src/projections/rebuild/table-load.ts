@@ -35,8 +35,18 @@ export class TableLoad {
   /** Rejects with the COPY's error, whenever it comes: every wait is raced against it. */
   private readonly failed: Promise<never>;
 
+  /** Whether the COPY has failed: it is over then (PostgreSQL discarded its rows, or its session is gone). */
+  private hasFailed = false;
+
   private constructor(private readonly stream: CopyStreamQuery) {
-    this.failed = new Promise<never>((_resolve, reject) => stream.once('error', reject));
+    this.failed = new Promise<never>((_resolve, reject) =>
+      // Every error, not once: the first is the load's; a later one only comes from ending the same
+      // failed COPY, and as an unheard error event it would end the process.
+      stream.on('error', (error) => {
+        this.hasFailed = true;
+        reject(error);
+      }),
+    );
     // Reported by the next wait (drain or end), which the load always comes to.
     this.failed.catch(() => undefined);
   }
@@ -71,9 +81,12 @@ export class TableLoad {
     await this.until('finish');
   }
 
-  /** Gives up the load: the stream sends CopyFail, PostgreSQL discards the rows and the connection is free again. */
+  /**
+   * Gives up the load: the stream sends CopyFail, PostgreSQL discards the rows and the connection is
+   * free again. A COPY that failed is over already; one whose session was lost has nothing to send on.
+   */
   abort(reason: Error): void {
-    this.stream.destroy(reason);
+    if (!this.hasFailed) this.stream.destroy(reason);
   }
 
   /** Sets the filled part of the buffer aside and starts one with room for at least `bytes`. */

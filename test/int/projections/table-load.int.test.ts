@@ -38,4 +38,38 @@ describe('a table loaded with COPY', () => {
     expect(stored).toHaveLength(rows.length);
     for (const [index, row] of rows.entries()) expect(stored[index]).toEqual(row);
   });
+
+  it("given the connection is lost mid-COPY, when the failed load is given up, then the loss is the load's error and nothing else is thrown", async () => {
+    const databaseUrl = await createTestDatabase();
+    client = new pg.Client({ connectionString: databaseUrl });
+    // The lost session's error reaches the COPY; the client's own error event needs nothing more.
+    client.on('error', () => undefined);
+    await client.connect();
+    await client.query('CREATE TABLE loaded (n integer NOT NULL)');
+    const load = TableLoad.start(client, 'loaded', ['n']);
+    for (let n = 0; n < 100_000; n++) load.add([String(n)]);
+    await load.drain();
+
+    const admin = new pg.Client({ connectionString: databaseUrl });
+    await admin.connect();
+    try {
+      await admin.query('SELECT pg_terminate_backend($1)', [(client as unknown as { processID: number }).processID]);
+    } finally {
+      await admin.end();
+    }
+    const uncaught: unknown[] = [];
+    const record = (error: unknown) => uncaught.push(error);
+    process.prependListener('uncaughtException', record);
+    try {
+      for (let n = 0; n < 100_000; n++) load.add([String(n)]);
+      await expect(load.end()).rejects.toThrow();
+      // As the bulk load does on any failure: its connections are wanted again for the clean-up.
+      load.abort(new Error('the load failed'));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    } finally {
+      process.removeListener('uncaughtException', record);
+    }
+    expect(uncaught).toEqual([]);
+    client = undefined;
+  });
 });
