@@ -97,6 +97,8 @@ export class TableLoad {
   }
 
   private async flush(): Promise<void> {
+    // Nothing more is written to a failed COPY (its connection may be gone): its own error is the answer.
+    if (this.hasFailed) await this.failed;
     let writable = true;
     for (const chunk of this.full.splice(0)) writable = this.stream.write(chunk);
     if (!writable) await this.until('drain');
