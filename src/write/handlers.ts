@@ -208,7 +208,7 @@ export class CommandHandlers {
       documentation: params.documentation,
       context,
     }));
-    await this.ensureParentSurvived(workspace.id, 'workspace');
+    await this.cascadeIfParentGone(workspace.id);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
   }
 
@@ -219,7 +219,7 @@ export class CommandHandlers {
     });
     await this.awaitProjection(caller, outcome.position);
     const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
-    await this.ensureParentSurvived(solution.workspace_id, 'solution');
+    await this.cascadeIfParentGone(solution.workspace_id);
     return solution;
   }
 
@@ -233,24 +233,19 @@ export class CommandHandlers {
   }
 
   /**
-   * The workspace may have been deleted between the check before the append and the append: then
-   * the solution never shows again and the cascade deletes it, so the change is answered as not found.
-   * If the store cannot tell, the change is answered as done: its events are stored (contract §11),
-   * and the cascade removes the solution if the workspace did go.
+   * The workspace may have been deleted between the check before the append and the append: the
+   * change is stored all the same, so it is answered as done (contract §11), and its solution goes
+   * with its workspace now, as the history shows (its change, then the cascade's deletion).
    */
-  private async ensureParentSurvived(workspaceId: string, what: string): Promise<void> {
+  private async cascadeIfParentGone(workspaceId: string): Promise<void> {
     const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider, this.deps.snapshots).catch(
       (error: unknown) => {
-        this.deps.logger.warn(
-          { err: (error as Error).message, workspaceId },
-          'could not check the workspace after a stored change; answering it as done',
-        );
+        // The background cascade removes the solution if the workspace did go.
+        this.deps.logger.warn({ err: (error as Error).message, workspaceId }, 'could not check the workspace after a stored change');
         return undefined;
       },
     );
-    if (!parent || parent.state.status === 'active') return;
-    await this.cascadeNowOrLater(workspaceId);
-    throw notFound(what);
+    if (parent && parent.state.status !== 'active') await this.cascadeNowOrLater(workspaceId);
   }
 
   /**

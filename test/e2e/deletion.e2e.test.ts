@@ -180,14 +180,14 @@ describe('deletion', () => {
   });
 });
 
-describe('a change answered not found because its workspace went while it waited for the projection', () => {
+describe('a solution change whose workspace is deleted while it waits for its projection', () => {
   let service: TestService;
   beforeAll(async () => {
     service = await startTestService({ env: { PROJECTION_WAIT_MS: '1500' } });
   });
   afterAll(() => service?.close());
 
-  it('is a 404 without x-projection-behind: that header speaks only of a change answered as done', async () => {
+  it('is answered as done, its event stored (contract §11): the history shows the change, and the solution goes with its workspace', async () => {
     const token = await service.token(['org_del_wait']);
     const workspace = await ok(service, token, 'create_workspace', { organization_id: 'org_del_wait', name: 'W' });
     const solution = await ok(service, token, 'create_solution', { workspace_id: workspace.id, name: 'S' });
@@ -198,8 +198,10 @@ describe('a change answered not found because its workspace went while it waited
     const deletion = callApi(service, token, 'delete_workspace', { id: workspace.id });
     const [updated, deleted] = await Promise.all([update, deletion]);
     expectOk(deleted);
-    expect(deleted.headers.get('x-projection-behind')).toBe('true');
-    expectError(updated, 404, 'not_found');
-    expect(updated.headers.get('x-projection-behind')).toBeNull();
+    expectOk(updated);
+    expect(updated.body.data).toMatchObject({ id: solution.id, name: 'T' });
+    expect(updated.headers.get('x-projection-behind')).toBe('true');
+    const history = await ok(service, token, 'get_solution_history', { id: solution.id, page: 1, size: 10 });
+    expect(history.items.map((item: { type: string }) => item.type).slice(0, 2)).toEqual(['SolutionCreated', 'SolutionUpdated']);
   });
 });
