@@ -8,5 +8,6 @@ export function sleepUnlessAborted(ms: number, signal: AbortSignal): Promise<voi
       resolve();
     }
     signal.addEventListener('abort', done);
+    if (signal.aborted) done();
   });
 }

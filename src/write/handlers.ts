@@ -189,8 +189,12 @@ export class CommandHandlers {
       return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
     });
     await this.awaitProjection(caller, outcome.position);
-    // The solutions are already hidden; their own deletion events are written before answering.
-    await this.cascadeNowOrLater(id);
+    // The solutions are already hidden; their own deletion events are written before answering,
+    // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
+    await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
+      this.deps.logger.warn({ err: (error as Error).message, workspaceId: id }, 'cascade deferred to the background');
+      this.deps.cascade.drainAll();
+    });
     return { id };
   }
 
@@ -208,7 +212,6 @@ export class CommandHandlers {
       documentation: params.documentation,
       context,
     }));
-    await this.cascadeIfParentGone(workspace.id);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
   }
 
@@ -218,9 +221,7 @@ export class CommandHandlers {
       return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
     });
     await this.awaitProjection(caller, outcome.position);
-    const solution = this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
-    await this.cascadeIfParentGone(solution.workspace_id);
-    return solution;
+    return this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
   }
 
   async deleteSolution(id: string, caller: Caller): Promise<{ id: string }> {
@@ -230,33 +231,6 @@ export class CommandHandlers {
     });
     await this.awaitProjection(caller, outcome.position);
     return { id };
-  }
-
-  /**
-   * The workspace may have been deleted between the check before the append and the append: the
-   * change is stored all the same, so it is answered as done (contract §11), and its solution goes
-   * with its workspace now, as the history shows (its change, then the cascade's deletion).
-   */
-  private async cascadeIfParentGone(workspaceId: string): Promise<void> {
-    const parent = await loadState(this.deps.store, workspaceStream(workspaceId), workspaceDecider, this.deps.snapshots).catch(
-      (error: unknown) => {
-        // The background cascade removes the solution if the workspace did go.
-        this.deps.logger.warn({ err: (error as Error).message, workspaceId }, 'could not check the workspace after a stored change');
-        return undefined;
-      },
-    );
-    if (parent && parent.state.status !== 'active') await this.cascadeNowOrLater(workspaceId);
-  }
-
-  /**
-   * Writes the deletions of a deleted workspace's solutions, or, if that fails, leaves them to the
-   * background worker: the workspace's deletion is durable, so the command is not reported as failed.
-   */
-  private async cascadeNowOrLater(workspaceId: string): Promise<void> {
-    await this.deps.cascade.drainWorkspace(workspaceId).catch((error: unknown) => {
-      this.deps.logger.warn({ err: (error as Error).message, workspaceId }, 'cascade deferred to the background');
-      this.deps.cascade.drainAll();
-    });
   }
 
   /** The workspace if it is active and the caller may access it; otherwise `what` is not found. */
