@@ -88,6 +88,7 @@ const environmentSchema = z
     RECORD_QUEUE_LIMIT: integer(256, 1, 100_000),
     RECORD_RATE_LIMIT: integer(1_000, 0, 1_000_000),
     BODY_LIMIT_BYTES: integer(1024 * 1024, 1024, 64 * 1024 * 1024),
+    REQUEST_TIMEOUT_MS: integer(60_000, 1000, 3_600_000),
     RATE_LIMIT_PER_MINUTE: integer(0, 0, 1_000_000),
     CHANGE_STREAMS_PER_CALLER: integer(10, 1, 10_000),
     // At most the contract's 15 s: the stream waits a little less than the setting, so that its read and write fit within it.
@@ -186,6 +187,8 @@ export type Config = Readonly<{
   /** A backlog this long, and at least half the log, is projected in bulk as a rebuild does (PostgreSQL store); 0: never. */
   projectorBulkCatchUpEvents: number;
   bodyLimitBytes: number;
+  /** A client still sending its request (headers and body) after this long is answered 400 and disconnected. */
+  requestTimeoutMs: number;
   rateLimitPerMinute: number;
   /** Open change streams (contract §14) per caller (`sub`) and instance; one more is refused with 429. */
   changeStreamsPerCaller: number;
@@ -264,6 +267,7 @@ export function parseConfig(environment: NodeJS.ProcessEnv = process.env, purpos
     projectorCachedRows: env.PROJECTOR_CACHED_ROWS,
     projectorBulkCatchUpEvents: env.PROJECTOR_BULK_CATCH_UP_EVENTS,
     bodyLimitBytes: env.BODY_LIMIT_BYTES,
+    requestTimeoutMs: env.REQUEST_TIMEOUT_MS,
     rateLimitPerMinute: env.RATE_LIMIT_PER_MINUTE,
     changeStreamsPerCaller: env.CHANGE_STREAMS_PER_CALLER,
     changeStreamHeartbeatMs: env.CHANGE_STREAM_HEARTBEAT_MS,

@@ -47,6 +47,8 @@ export type AppOptions = {
   services: AppServices;
   logger: Logger;
   bodyLimitBytes: number;
+  /** How long a client may take to send a whole request, headers and body (default 60 s). */
+  requestTimeoutMs?: number;
   rateLimitPerMinute: number;
   /** Whether this app answers GET /metrics (false when METRICS_PORT gives it a listener of its own). */
   serveMetrics: boolean;
@@ -154,7 +156,7 @@ function longPollSignal(reply: FastifyReply, stopping: AbortSignal): AbortSignal
 
 /** The HTTP application, without a listening port: the server start-up and the tests build it alike. */
 export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
-  const { services } = options;
+  const { services, requestTimeoutMs = 60_000 } = options;
   const logger: FastifyBaseLogger = options.logger;
   const app = Fastify({
     loggerInstance: logger,
@@ -175,8 +177,16 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     clientErrorHandler(this: FastifyInstance, error, socket) {
       answerClientError(this.log, error, socket);
     },
-    // Refused with the contract's body by the onRequest hook rather than by Node with an empty one.
-    http: { requireHostHeader: false },
+    // A request still arriving after this long is answered 400 by answerClientError: Fastify's
+    // default, none, would let a client hold a connection for ever by sending its body slowly.
+    requestTimeout: requestTimeoutMs,
+    http: {
+      // Refused with the contract's body by the onRequest hook rather than by Node with an empty one.
+      requireHostHeader: false,
+      headersTimeout: Math.min(60_000, requestTimeoutMs),
+      // Node checks for late requests at this interval (30 s by default): a timeout fires at most a tenth late.
+      connectionsCheckingInterval: Math.min(30_000, Math.max(100, Math.floor(requestTimeoutMs / 10))),
+    },
   });
   answerWhatNodeWould(app.server, app.log);
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);

@@ -279,6 +279,7 @@ export function buildServiceApp(config: Config, runtime: Runtime, logger: Logger
     services: runtime.services,
     logger,
     bodyLimitBytes: config.bodyLimitBytes,
+    requestTimeoutMs: config.requestTimeoutMs,
     rateLimitPerMinute: config.rateLimitPerMinute,
     changeStreamsPerCaller: config.changeStreamsPerCaller,
     changeStreamHeartbeatMs: config.changeStreamHeartbeatMs,

@@ -60,6 +60,47 @@ describe('requests the HTTP layer answers before the app (contract §1)', () => 
   });
 });
 
+describe('a client that stops sending its request (REQUEST_TIMEOUT_MS)', () => {
+  const org = 'org_slow';
+  let service: TestService;
+  let token: string;
+  beforeAll(async () => {
+    service = await startTestService({ env: { REQUEST_TIMEOUT_MS: '1000' } });
+    token = await service.token([org]);
+  });
+  afterAll(() => service?.close());
+
+  const body = `{"query":"create_workspace","params":{"organization_id":"${org}","name":"slow"}}`;
+  const total = async () => expectOk(await callApi(service, token, 'list_workspaces', { organization_id: org, page: 1, size: 1 })).total;
+
+  it('a body that stops arriving: 400 with the contract body and a request id, the connection closed, nothing stored', async () => {
+    const started = performance.now();
+    const response = await rawHttp(
+      service,
+      `POST /api HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\n` +
+        `x-request-id: slow-body-1\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 20)}`,
+      { unfinished: true },
+    );
+    expectError(response, 400, 'bad_request');
+    expect(response.body.error.message).toBe('the request was not received in time');
+    // Not a bound on speed: the answer must come from the timeout (1 s, checked every 0.1 s), not from anything sooner.
+    expect(performance.now() - started).toBeGreaterThanOrEqual(900);
+    expect(await total()).toBe(0);
+  });
+
+  it('headers that stop arriving: the same answer', async () => {
+    const response = await rawHttp(service, 'POST /api HTTP/1.1\r\nHost: localhost\r\nContent-Type: application', { unfinished: true });
+    expectError(response, 400, 'bad_request');
+    expect(response.body.error.message).toBe('the request was not received in time');
+  });
+
+  it('only receiving the request is timed: a long poll that waits longer than the timeout is answered as usual', async () => {
+    const page = expectOk(await callApi(service, token, 'list_changes', { organization_id: org, wait_ms: 2500 }));
+    expect(page.items).toEqual([]);
+    expect(await total()).toBe(0);
+  });
+});
+
 describe('bodies are stored exactly as sent, or refused', () => {
   const org = 'org_exact';
   let service: TestService;

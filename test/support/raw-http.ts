@@ -1,10 +1,14 @@
 import net from 'node:net';
 
-/** Sends bytes as they are, for requests no HTTP client would produce, and reads the answer until the socket closes. */
-export async function rawHttp(listener: { url: string }, request: string | Buffer) {
+/**
+ * Sends bytes as they are, for requests no HTTP client would produce, and reads the answer until
+ * the socket closes. `unfinished`: the request is left unfinished, as by a client that stops
+ * sending, rather than ended by closing this side of the connection.
+ */
+export async function rawHttp(listener: { url: string }, request: string | Buffer, { unfinished = false } = {}) {
   const { port } = new URL(listener.url);
   const received = await new Promise<Buffer>((resolve, reject) => {
-    const socket = net.connect(Number(port), '127.0.0.1', () => socket.end(request));
+    const socket = net.connect(Number(port), '127.0.0.1', () => (unfinished ? socket.write(request) : socket.end(request)));
     const chunks: Buffer[] = [];
     socket.on('data', (chunk) => chunks.push(chunk));
     socket.on('close', () => resolve(Buffer.concat(chunks)));
