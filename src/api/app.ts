@@ -83,6 +83,9 @@ function answerClientError(log: FastifyBaseLogger, error: NodeJS.ErrnoException,
   answerOnSocket(log, socket, status, new ServiceError('bad_request', message), { code: error.code });
 }
 
+/** The most `details` a validation_error lists: a body of thousands of faults gets an answer of a few kilobytes, not megabytes. */
+const shownProblems = 100;
+
 /** The request's id: the caller's `x-request-id` when it is a valid one (contract §1), else a new one. */
 export const requestIdFrom = (incoming: string | string[] | undefined) =>
   typeof incoming === 'string' && requestIdPattern.test(incoming) ? incoming : randomUUID();
@@ -263,9 +266,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const parsed = paramsSchemas[query].safeParse(params, { error: validationErrorMap });
       const invalid = parsed.success ? [] : validationDetails(parsed.error, 'params');
       // A number the schema refuses already (out of range, say) is not told to be sent as a string as well.
-      const inexact = inexactNumbersOf(request.body).filter((detail) => !invalid.some((issue) => issue.path === detail.path));
-      if (invalid.length > 0 || inexact.length > 0)
-        throw new ServiceError('validation_error', 'invalid parameters', [...invalid, ...inexact]);
+      const paths = new Set(invalid.map((issue) => issue.path));
+      const problems = [...invalid, ...inexactNumbersOf(request.body).filter((detail) => !paths.has(detail.path))];
+      if (problems.length > 0) {
+        const shown = problems.slice(0, shownProblems);
+        const told = problems.length > shown.length ? `the first ${shown.length} of ${problems.length} problems` : undefined;
+        throw new ServiceError('validation_error', told ? `invalid parameters (${told})` : 'invalid parameters', shown);
+      }
       const caller: Caller = {
         subject: principal.subject,
         organizations: principal.organizations,

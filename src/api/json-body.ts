@@ -51,13 +51,25 @@ type Container = { kind: 'object'; key: string } | { kind: 'array'; index: numbe
 /** A JSON number literal where the walk stands (sticky: matched in place, however long, without copying the text after it). */
 const numberLiteral = /-?\d+(\.\d+)?([eE][+-]?\d+)?/y;
 
-/** Walks valid JSON text, tracking where it is, and checks each number literal. */
+/**
+ * At most this many numbers are named, each by at most `namedLevels` levels of its path: a body of
+ * thousands of such numbers nested thousands of levels deep must not make an answer, and the work
+ * of writing it, thousands of times the body's size. Values nested that deep are refused anyway
+ * (§6: 32 levels at most).
+ */
+const namedNumbers = 100;
+const namedLevels = 40;
+
+/** Walks valid JSON text, tracking where it is, and checks each number literal, up to `namedNumbers` found. */
 function findInexactNumbers(text: string): ErrorDetail[] {
   const found: ErrorDetail[] = [];
   const path: Container[] = [];
-  const where = () => path.map((container) => (container.kind === 'object' ? container.key : String(container.index))).join('.');
+  const where = () => {
+    const named = path.slice(0, namedLevels).map((container) => (container.kind === 'object' ? container.key : String(container.index)));
+    return path.length > namedLevels ? `${named.join('.')}.…` : named.join('.');
+  };
   let expectKey = false;
-  for (let at = 0; at < text.length;) {
+  for (let at = 0; at < text.length && found.length < namedNumbers;) {
     const char = text[at]!;
     if (char === '"') {
       const end = endOfString(text, at);

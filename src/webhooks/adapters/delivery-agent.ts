@@ -8,19 +8,23 @@ import { isPublicAddress } from './targets.js';
  * targets as written, and should not load undici for that (a sixth of a second of every start).
  */
 
-class NonPublicTarget extends Error {
+/**
+ * One message whether the name has no address, cannot be resolved, or resolves to a non-public
+ * one: a delivery's `last_error` must not tell a webhook's manager which names resolve inside the
+ * service's network.
+ */
+class NoPublicAddress extends Error {
   constructor(host: string) {
-    super(`${host} resolves to a non-public address`);
-    this.name = 'NonPublicTarget';
+    super(`no public address was found for ${host}`);
+    this.name = 'NoPublicAddress';
   }
 }
 
 /** A DNS lookup that fails when any address found is not public: the connection is never opened. */
 const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
   dnsLookup(hostname, { ...options, all: true }, (error, addresses: LookupAddress[]) => {
-    if (error) return callback(error, '', 0);
-    if (addresses.length === 0 || addresses.some((found) => !isPublicAddress(found.address))) {
-      return callback(new NonPublicTarget(hostname), '', 0);
+    if (error || addresses.length === 0 || addresses.some((found) => !isPublicAddress(found.address))) {
+      return callback(new NoPublicAddress(hostname), '', 0);
     }
     if (options.all) return (callback as unknown as (error: null, addresses: LookupAddress[]) => void)(null, addresses);
     callback(null, addresses[0]!.address, addresses[0]!.family);

@@ -361,23 +361,29 @@ describe('webhook delivery', () => {
     await store().remove(hook.id, ['org_swept']);
   });
 
-  it('refuses at connection a name that resolves to a non-public address, whatever the URL was when created', async () => {
+  it('refuses at connection a name that resolves to a non-public address, whatever the URL was when created, told as a name that resolves to nothing is', async () => {
     received.length = 0;
     const hook = await store().create({ organization_id: 'org_two', url, types: ['WorkspaceCreated'], description: '' });
+    // A name that never resolves (RFC 6761), for the error its delivery gets.
+    const nowhere = await store().create({ organization_id: 'org_two', url, types: ['WorkspaceCreated'], description: '' });
     // As if its DNS changed after creation: the name now points at loopback.
     await pool.query('UPDATE webhooks SET url = $2 WHERE id = $1', [
       hook.id,
       url.replace('127.0.0.1', 'localhost').replace('http:', 'https:'),
     ]);
+    await pool.query('UPDATE webhooks SET url = $2 WHERE id = $1', [nowhere.id, 'https://no-such-name.invalid/hook']);
     const dispatcher = new WebhookDispatcher(pool, idle, settings({ allowPrivateTargets: false, retrySchedule: [] }), logger, {}, 20);
     dispatcher.start();
     await project('org_two', 1);
-    const log = () => store().deliveries(hook.id, ['org_two'], { page: 1, size: 10 }, undefined);
-    await until(async () => (await log())!.items[0]?.status === 'failed');
+    const log = (id: string) => store().deliveries(id, ['org_two'], { page: 1, size: 10 }, undefined);
+    await until(async () => (await log(hook.id))!.items[0]?.status === 'failed' && (await log(nowhere.id))!.items[0]?.status === 'failed');
     await dispatcher.stop();
-    expect((await log())!.items[0]).toMatchObject({ status: 'failed', attempts: 1, last_status_code: null });
-    expect((await log())!.items[0]!.last_error).toMatch(/non-public/);
+    expect((await log(hook.id))!.items[0]).toMatchObject({ status: 'failed', attempts: 1, last_status_code: null });
+    // Alike, so that a delivery log cannot tell which names resolve inside the service's network.
+    expect((await log(hook.id))!.items[0]!.last_error).toBe('no public address was found for localhost');
+    expect((await log(nowhere.id))!.items[0]!.last_error).toBe('no public address was found for no-such-name.invalid');
     expect(received).toEqual([]);
+    await store().remove(nowhere.id, ['org_two']);
   });
 
   it('refuses at connection a plain http:// URL once private targets are not allowed, whatever was allowed when created', async () => {

@@ -78,3 +78,40 @@ describe('the app on the in-memory event store', () => {
     expect((await store.readAll({ commit: 0n, prepare: 0n }, 1000)).length).toBe(before);
   });
 });
+
+describe('an answer to a body of many faults', () => {
+  let started: InMemoryApp;
+  beforeAll(async () => {
+    started = await startInMemoryApp();
+  });
+  afterAll(() => started.close());
+
+  const post = async (payload: string) =>
+    started.app.inject({
+      method: 'POST',
+      url: '/api',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${await started.token()}` },
+      payload,
+    });
+
+  it('lists the first 100 problems, and says how many there were', async () => {
+    const unknown = Object.fromEntries(Array.from({ length: 5000 }, (_, index) => [`unknown_${index}`, 1]));
+    const response = await post(JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 1, ...unknown } }));
+    expect(response.statusCode).toBe(400);
+    const { error } = response.json();
+    expect(error).toMatchObject({ code: 'validation_error', message: 'invalid parameters (the first 100 of 5000 problems)' });
+    expect(error.details).toHaveLength(100);
+    expect(error.details[0]).toEqual({ path: 'params.unknown_0', message: expect.any(String) });
+  });
+
+  it('numbers that cannot be stored, thousands of levels deep: an answer of a few kilobytes', async () => {
+    const numbers = Array.from({ length: 1000 }, () => '1e400').join(',');
+    const payload = `{"query":"list_workspaces","params":{"page":1,"size":1,"x":${'['.repeat(5000)}${numbers}${']'.repeat(5000)}}}`;
+    const response = await post(payload);
+    expect(response.statusCode).toBe(400);
+    expect(response.json().error.code).toBe('validation_error');
+    expect(response.body.length).toBeLessThan(32 * 1024);
+    const unknownOperation = await post(payload.replace('list_workspaces', 'no_such_operation'));
+    expect(unknownOperation.json().error.code).toBe('unknown_operation');
+  });
+});
