@@ -83,6 +83,14 @@ function answerClientError(log: FastifyBaseLogger, error: NodeJS.ErrnoException,
   answerOnSocket(log, socket, status, new ServiceError('bad_request', message), { code: error.code });
 }
 
+/**
+ * Node counts a request's header names and values, not the rest of each line, against its 16 KiB
+ * limit, and past `maxHeadersCount` headers drops the others without a word (a Content-Type among
+ * them would be lost): a request with this many is refused with 431 instead, which also bounds
+ * the bytes a header block can hold beyond the 16 KiB.
+ */
+const headersCounted = 129;
+
 /** The most `details` a validation_error lists: a body of thousands of faults gets an answer of a few kilobytes, not megabytes. */
 const shownProblems = 100;
 
@@ -192,6 +200,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
     },
   });
   answerWhatNodeWould(app.server, app.log);
+  app.server.maxHeadersCount = headersCounted;
   const rateLimiter = createRateLimiter(options.rateLimitPerMinute);
   const changeStreams = new ChangeStreams(
     options.changeStreamsPerCaller ?? 10,
@@ -212,6 +221,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addHook('preClose', connections.idleGraceOver);
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
+    // Node keeps the first maxHeadersCount headers and drops the rest unsaid: at the limit, some may be missing.
+    if (request.raw.rawHeaders.length / 2 >= headersCounted) {
+      request.log.info({ code: 'bad_request' }, 'the request has too many headers');
+      return reply
+        .code(431)
+        .send(errorBody(new ServiceError('bad_request', `the request has too many headers (at most ${headersCounted - 1})`), request.id));
+    }
     // RFC 9112 §3.2: an HTTP/1.1 request without Host is refused (HTTP/1.0 had none).
     if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
       throw new ServiceError('bad_request', 'the request has no Host header');

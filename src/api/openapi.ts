@@ -171,7 +171,7 @@ function pathItem(name: OperationName) {
     ),
     // Not a code of its own: the contract's bad_request, with the status HTTP gives headers too large.
     431: {
-      description: "`bad_request`: the request headers are over the server's limit (16 KiB); refused before routing.",
+      description: "`bad_request`: the request headers are over the server's limit (16 KiB), or more than 128; refused before routing.",
       headers: { 'x-request-id': ref('headers', 'RequestId') },
       content: { 'application/json': { schema: ref('schemas', 'BadRequestError') } },
     },

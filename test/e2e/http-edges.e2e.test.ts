@@ -25,6 +25,21 @@ describe('requests the HTTP layer answers before the app (contract §1)', () => 
     expectError(response, 431, 'bad_request');
   });
 
+  it('more headers than Node keeps (it drops the rest unsaid): 431, not an answer to a request missing some of them', async () => {
+    const headers = (count: number) => 'a: 1\r\n'.repeat(count);
+    const body = '{"query":"list_workspaces","params":{"page":1,"size":1}}';
+    // 3,000 tiny headers are 6 KB of names and values, under the 16 KiB; the Content-Type after them would be dropped (415).
+    const many = await rawHttp(
+      service,
+      `POST /api HTTP/1.1\r\nHost: localhost\r\n${headers(3000)}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`,
+    );
+    expectError(many, 431, 'bad_request');
+    expect(many.body.error.message).toBe('the request has too many headers (at most 128)');
+    expectError(await rawHttp(service, `GET /healthz HTTP/1.1\r\nHost: localhost\r\n${headers(128)}\r\n`), 431, 'bad_request');
+    const most = await rawHttp(service, `GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n${headers(126)}\r\n`);
+    expect(most.status).toBe(200);
+  });
+
   it('HTTP/1.1 without a Host header: 400 with the contract body and a request id (HTTP/1.0 needs none)', async () => {
     const response = await rawHttp(service, 'GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n');
     expectError(response, 400, 'bad_request');
