@@ -12,6 +12,8 @@ import { buildServiceApp, startRuntime } from './runtime/service.js';
 const developmentOrganization = 'org_dev';
 /** After the requests' drain time, what the stop may take to close the pools, the projector and PostgreSQL before it gives up. */
 const stopAfterDrainMs = 5_000;
+/** After the stop, how long the process may take to exit by itself (its logs written out) before it is made to. */
+const exitAfterStopMs = 1_000;
 
 async function main(): Promise<void> {
   let config;
@@ -66,6 +68,9 @@ async function main(): Promise<void> {
       logger.error({ err: error }, 'error during shutdown');
       process.exitCode = 1;
     }
+    // Everything the service opened is closed: a handle a library keeps open after (the EventStoreDB
+    // client's connection to a node that never answered) must not keep the process alive.
+    setTimeout(() => process.exit(), exitAfterStopMs).unref();
   };
   if (stopRequest) return shutdown(stopRequest);
 

@@ -5,7 +5,7 @@ import { readPage, type EventAddress, type LoggedEvent, type Page } from '../eve
 import { comparePositions, encodePosition, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { lockKeys } from '../infra/lock-keys.js';
 import { connectionSettings, isConnectionError } from '../infra/postgres.js';
-import { sleepUnlessAborted } from '../infra/sleep.js';
+import { sleepUnlessAborted, unlessAborted } from '../infra/sleep.js';
 import { applyBatch, rowsToLoad, type BatchChanges, type LoadedRows } from './batch.js';
 import { defaultPageSizes, nextPageSize, type PageSizes } from './catch-up.js';
 import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead-letters.js';
@@ -151,6 +151,8 @@ export class ProjectionRunner {
         logger.info('projector active');
         await this.project(client);
       } catch (error) {
+        // Stopping: what was cut short is no failure.
+        if (this.abort.signal.aborted) break;
         this.failures += 1;
         const delay = Math.min(100 * 2 ** this.failures, 5000);
         logger.warn({ err: (error as Error).message, retryInMs: delay }, 'projector stopped; retrying');
@@ -222,7 +224,13 @@ export class ProjectionRunner {
         const size = oneByOneUntil ? 1 : pageSize;
         const prefetched = nextPage && nextPage.after === checkpoint && nextPage.size === size ? nextPage : undefined;
         nextPage = undefined;
-        const { events, end: last, unreadable, read } = await (prefetched?.page ?? readPage(store, checkpoint, size));
+        // A stop does not wait for the read: an event store that never answers would hold it for the read's whole time limit.
+        const {
+          events,
+          end: last,
+          unreadable,
+          read,
+        } = await unlessAborted(prefetched?.page ?? readPage(store, checkpoint, size), this.abort.signal);
         if (!oneByOneUntil) pageSize = nextPageSize(size, read, sizes);
         // A short page ends the catch-up, but only once applied: its rows may be being read on the
         // catch-up's connection already (folded while the page before it was written).

@@ -1,4 +1,4 @@
-import { connect, type Socket } from 'node:net';
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
@@ -167,5 +167,40 @@ describe('shutdown with stalled connections', () => {
     expect(received).toMatch(/\r\nconnection: close\r\n/i);
     // And it was not: nothing was stored for it.
     expect(await stack.store.readAll(startOfLog, 100)).toEqual([]);
+  });
+
+  it('exits after its stop while an EventStoreDB node takes connections and never answers, rather than staying alive', async () => {
+    // The client's connection to such a node outlives its dispose(): the stop must not wait on it.
+    const taken = new Set<Socket>();
+    const silentNode = createServer((socket) => taken.add(socket));
+    await new Promise<void>((resolve) => silentNode.listen(0, '127.0.0.1', resolve));
+    cleanups.push(async () => {
+      for (const socket of taken) socket.destroy();
+      await new Promise((resolve) => silentNode.close(resolve));
+    });
+    const databaseUrl = await prepareReadDatabase(await createTestDatabase());
+    const { port } = silentNode.address() as AddressInfo;
+    const service = await startServiceProcess({
+      databaseUrl,
+      eventStoreUrl: `esdb://127.0.0.1:${port}?tls=false`,
+      env: { SHUTDOWN_DRAIN_MS: '1000', LOG_LEVEL: 'info' },
+    });
+    cleanups.push(() => service.signal('SIGKILL'));
+    const token = await service.token(['org_silent']);
+    // A command and a readiness probe, both waiting on the node when the stop begins.
+    void fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ query: 'create_workspace', params: { organization_id: 'org_silent', name: 'never stored' } }),
+    }).catch(() => undefined);
+    void fetch(`${service.url}/readyz`).catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+
+    const exited = service.signal('SIGINT').then(() => 'exited');
+    // Far beyond the stop's own limit (the drain time and 5 s): only a process that stays alive gets here.
+    const stillAlive = new Promise((resolve) => setTimeout(() => resolve('still alive'), 30_000).unref());
+    expect(await Promise.race([exited, stillAlive]), service.output()).toBe('exited');
+    expect(service.output()).toMatch(/"msg":"stopped"/);
+    expect(service.child.exitCode, service.output()).toBe(0);
   });
 });

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { comparePositions, latestPosition, type EventStore, type GlobalPosition, type RecordedEvent } from '../../eventstore/port.js';
 import { inTransaction, type Pool } from '../../infra/postgres.js';
-import { sleepUnlessAborted } from '../../infra/sleep.js';
+import { sleepUnlessAborted, unlessAborted } from '../../infra/sleep.js';
 import { signCheckpoint, type SigningKey } from '../checkpoints.js';
 import { appendLeaves, frontier, lookupIn, nodesRead, rootHash } from '../merkle.js';
 import { placeEvents, type PlacedLeaf } from '../tree.js';
@@ -85,14 +85,11 @@ export class TreeKeeper {
     while (!this.stopping.signal.aborted) {
       let read = 0;
       try {
-        if (await this.options.deferWhile?.()) {
-          await sleepUnlessAborted(idleMs, this.stopping.signal);
-          continue;
-        }
-        read = await this.catchUp();
-        await this.signDue();
+        // A stop does not wait for the round: an event store that never answers would hold it for its reads' whole time limit.
+        read = await unlessAborted(this.round(), this.stopping.signal);
         failures = 0;
       } catch (error) {
+        if (this.stopping.signal.aborted) break;
         // The store or database is away: the tree waits and tries again, backing off as the
         // projector does (up to 5 s), so an outage is a few lines of log, not five a second.
         failures += 1;
@@ -103,6 +100,14 @@ export class TreeKeeper {
       }
       if (read < batchSize) await sleepUnlessAborted(idleMs, this.stopping.signal);
     }
+  }
+
+  /** A round: the next batch appended and the checkpoints due signed, unless the service defers it; answers how many events it appended. */
+  private async round(): Promise<number> {
+    if (await this.options.deferWhile?.()) return 0;
+    const read = await this.catchUp();
+    await this.signDue();
+    return read;
   }
 
   /** Appends the next batch of the log to the trees; answers how many events it appended. */
