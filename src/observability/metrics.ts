@@ -33,16 +33,28 @@ export type ScrapeSources = {
 };
 
 /**
+ * How long a scrape waits for each read of state. A store that takes connections and never
+ * answers would otherwise hold the scrape for the reads' own limits (15 s), past Prometheus's
+ * default scrape timeout (10 s): every series would go stale, and the instance look down rather
+ * than not ready.
+ */
+const scrapeReadLimitMs = 2_000;
+
+/** What `read` answers, or `fallback` if it fails or has not answered within `scrapeReadLimitMs`. */
+function withinScrape<T, F>(read: Promise<T>, fallback: F): Promise<T | F> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<F>((resolve) => (timer = setTimeout(() => resolve(fallback), scrapeReadLimitMs)));
+  return Promise.race([read.catch(() => fallback), late]).finally(() => clearTimeout(timer));
+}
+
+/**
  * One read shared by the gauges that report parts of it within a scrape: calls while it runs get
- * the same answer. A read that fails answers undefined, which the gauges report as NaN (unknown)
- * rather than failing the whole scrape.
+ * the same answer. A read that fails or is late answers undefined, which the gauges report as NaN
+ * (unknown) rather than failing or holding up the whole scrape.
  */
 function sharedProbe<T>(read: () => Promise<T>): () => Promise<T | undefined> {
   let running: Promise<T | undefined> | undefined;
-  return () =>
-    (running ??= read()
-      .catch(() => undefined)
-      .finally(() => (running = undefined)));
+  return () => (running ??= withinScrape(read(), undefined).finally(() => (running = undefined)));
 }
 
 /**
@@ -181,7 +193,7 @@ export class Metrics {
       help: 'Age of the oldest webhook delivery still pending (0 when none); NaN when the database cannot be read',
       registers: [this.registry],
       async collect() {
-        this.set(await oldestPending().catch(() => NaN));
+        this.set(await withinScrape(oldestPending(), NaN));
       },
     });
 
@@ -194,7 +206,7 @@ export class Metrics {
         const source = sources();
         if (!source) return;
         // A readiness check that fails outright is a plain "not ready"; the scrape itself must answer.
-        const readiness: Readiness = await source.readiness().catch(() => ({ ready: false, checks: {} }));
+        const readiness: Readiness = await withinScrape(source.readiness(), { ready: false, checks: {} });
         this.reset();
         this.set({ check: 'all' }, readiness.ready ? 1 : 0);
         // The parts /readyz passes or fails; what comes with a failed one (a dead letter's or the
@@ -247,7 +259,7 @@ export class Metrics {
       registers: [this.registry],
       async collect() {
         const source = sources();
-        if (source) this.set(await source.cascadeBacklog().catch(() => NaN));
+        if (source) this.set(await withinScrape(source.cascadeBacklog(), NaN));
       },
     });
     new Gauge({
@@ -259,7 +271,7 @@ export class Metrics {
         const source = sources();
         if (!source) return;
         // A database that cannot be read is NaN (unknown), as for the other gauges; the scrape still answers.
-        const counts = await source.deadLetters().catch(() => ({ blocking: NaN, skipped: NaN, retried: NaN }));
+        const counts = await withinScrape(source.deadLetters(), { blocking: NaN, skipped: NaN, retried: NaN });
         for (const [state, count] of Object.entries(counts)) this.set({ state }, count);
       },
     });

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { scrape, total, type Scrape } from '../support/metrics.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
 import { eventually } from '../support/stack.js';
@@ -151,5 +152,32 @@ describe('GET /metrics', () => {
     } finally {
       await idle.close();
     }
+  });
+});
+
+describe('GET /metrics while the EventStoreDB node takes connections and never answers', () => {
+  const taken = new Set<Socket>();
+  const silentNode = createServer((socket) => taken.add(socket));
+  let service: TestService;
+
+  beforeAll(async () => {
+    await new Promise<void>((resolve) => silentNode.listen(0, '127.0.0.1', resolve));
+    const { port } = silentNode.address() as AddressInfo;
+    service = await startTestService({ eventStoreUrl: `esdb://127.0.0.1:${port}?tls=false` });
+  });
+  afterAll(async () => {
+    await service?.close();
+    for (const socket of taken) socket.destroy();
+    await new Promise((resolve) => silentNode.close(resolve));
+  });
+
+  it("answers within Prometheus's default scrape timeout (10 s): not ready, the lag and backlog unknown", async () => {
+    const started = performance.now();
+    const metrics = await scrape(`${service.url}/metrics`);
+    // Not a bound on speed: the reads of state have limits of 15 s of their own, which a scrape must not wait out.
+    expect(performance.now() - started).toBeLessThan(10_000);
+    expect(total(metrics, 'wsapi_ready', { check: 'all' })).toBe(0);
+    expect(total(metrics, 'wsapi_projection_lag_events')).toBeNaN();
+    expect(total(metrics, 'wsapi_projection_backlog_events')).toBeNaN();
   });
 });
