@@ -107,7 +107,7 @@ export class Metrics {
 
   readonly commandSteps = new Histogram({
     name: `${metricPrefix}command_step_duration_seconds`,
-    help: 'Where a command spends its time, by step: read (its stream), decide, append, wait_earlier_creations (list order, creations only), wait_projection (read-your-writes)',
+    help: 'Where a command spends its time, by step: wait_turn (behind the groups of its record), read (its stream), decide, append, wait_earlier_creations (list order, creations only), wait_projection (read-your-writes)',
     labelNames: ['step'] as const,
     buckets: stepBuckets,
     registers: [this.registry],
@@ -115,7 +115,7 @@ export class Metrics {
 
   readonly eventStoreCallDuration = new Histogram({
     name: `${metricPrefix}event_store_call_duration_seconds`,
-    help: 'Event store calls, by call (append, read_stream, read_all, read_log_by_stream, ping) and outcome (ok, conflict, error)',
+    help: 'Event store calls, by call (append, read_stream, read_all, read_log_by_stream, read_last_position, ping) and outcome (ok, conflict, error)',
     labelNames: ['call', 'outcome'] as const,
     buckets: latencyBuckets,
     registers: [this.registry],
