@@ -154,6 +154,7 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
         return reached;
       },
       projectionWaitMs: config.projectionWaitMs,
+      projectedPosition: () => progress.current,
       logger,
       observer,
       recordQueueLimit: config.recordQueueLimit,

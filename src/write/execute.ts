@@ -20,7 +20,11 @@ import { headAfter, loadRecord, type Loaded } from './load-record.js';
 import { snapshotInterval, type SnapshotStore } from './snapshots.js';
 import type { Timestamp } from '../domain/timestamp.js';
 
-export type Outcome<State> = { state: State; position: GlobalPosition | undefined };
+/**
+ * A command's outcome: the record's state after it, and where its events (or its group's) lie in
+ * the log; `appendedNow` false when they were appended before, by the run a keyed retry answers.
+ */
+export type Outcome<State> = { state: State; position: GlobalPosition | undefined; appendedNow: boolean };
 
 /** Who asks: the request, and with an Idempotency-Key the keyed request's id (EventMetadata.command_id). */
 export type CommandRequest = { requestId: string; commandId?: string | undefined };
@@ -137,7 +141,11 @@ async function answerExecuted<Command, State, Event extends DomainEvent>(
     }
     try {
       await job.commandFor(fold(job.decider, stored.slice(0, executed.first), before));
-      job.resolve({ state: fold(job.decider, stored.slice(0, executed.last + 1), before), position: logged[executed.last]!.position });
+      job.resolve({
+        state: fold(job.decider, stored.slice(0, executed.last + 1), before),
+        position: logged[executed.last]!.position,
+        appendedNow: false,
+      });
     } catch (error) {
       job.fail(error);
     }
@@ -422,7 +430,9 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
     const { decisions, events, commandIds, state, hash, occurredAt } = await decideInTurn(pending, current, streamName, options);
     const settle = (position: GlobalPosition | undefined) => {
       decisions.forEach((decision, index) =>
-        'error' in decision ? pending[index]!.fail(decision.error) : pending[index]!.resolve({ state: decision.state, position }),
+        'error' in decision
+          ? pending[index]!.fail(decision.error)
+          : pending[index]!.resolve({ state: decision.state, position, appendedNow: position !== undefined }),
       );
       pending = pending.slice(decisions.length);
     };

@@ -1,7 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import { notFound, organizationNotGranted, RetryLater } from '../errors.js';
-import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
+import { comparePositions, encodePosition, latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { CascadeWorker } from './cascade.js';
 import type { CommandContext } from '../domain/command.js';
@@ -35,6 +35,9 @@ export type Caller = {
   onProjectionBehind?: () => void;
 };
 
+/** An outcome as a handler sees it: `beforeProjection` when its events were appended now, yet at or before the projection's position as read before (CommandHandlerDeps.projectedPosition). */
+type Submitted<State> = Outcome<State> & { beforeProjection: boolean };
+
 export type CommandHandlerDeps = {
   store: EventStore;
   cascade: CascadeWorker;
@@ -45,6 +48,13 @@ export type CommandHandlerDeps = {
    * at once while the projector is stopped at a dead letter; with `false` when it was not applied.
    */
   awaitProjection: (position: GlobalPosition, timeoutMs: number) => Promise<boolean | void>;
+  /**
+   * How far the projection has applied the log, as this instance knows it. Events appended after
+   * it was read lie past it in the log the projection reads; events placed at or before it are in
+   * another log (the event store was replaced or emptied under the read database), and will never
+   * be projected.
+   */
+  projectedPosition?: () => GlobalPosition;
   /** All a command may wait, in total, after its events are stored (PROJECTION_WAIT_MS). */
   projectionWaitMs: number;
   logger: Logger;
@@ -179,7 +189,7 @@ export class CommandHandlers {
       if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
       return { type: 'UpdateWorkspace' as const, ...params, context: this.context(caller) };
     });
-    await this.awaitProjection(caller, outcome.position);
+    await this.awaitProjection(caller, outcome);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.workspace : undefined));
   }
 
@@ -188,7 +198,7 @@ export class CommandHandlers {
       if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
       return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
     });
-    await this.awaitProjection(caller, outcome.position);
+    await this.awaitProjection(caller, outcome);
     // The solutions are already hidden; their own deletion events are written before answering,
     // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
     await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
@@ -220,7 +230,7 @@ export class CommandHandlers {
       if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
       return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
     });
-    await this.awaitProjection(caller, outcome.position);
+    await this.awaitProjection(caller, outcome);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
   }
 
@@ -229,7 +239,7 @@ export class CommandHandlers {
       if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
       return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
     });
-    await this.awaitProjection(caller, outcome.position);
+    await this.awaitProjection(caller, outcome);
     return { id };
   }
 
@@ -249,7 +259,7 @@ export class CommandHandlers {
     decider: Decider<Command, State, Event>,
     caller: Caller,
     command: (context: CommandContext) => Command,
-  ): Promise<Outcome<State>> {
+  ): Promise<Submitted<State>> {
     const context = this.context(caller);
     // Without an Idempotency-Key the record's id is newly generated, and so is its stream.
     const appending = this.submit(streamName, decider, caller, () => command(context), caller.commandId === undefined);
@@ -263,7 +273,7 @@ export class CommandHandlers {
       const earlier = await timed(this.deps.observer, 'wait_earlier_creations', () =>
         budget.spend((timeoutMs) => this.creationOrder.earlierAppended(context.now, timeoutMs)),
       );
-      await budget.spend((timeoutMs) => this.awaitProjection(caller, latestPosition([outcome.position, earlier]), timeoutMs));
+      await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, latestPosition([outcome.position, earlier]), timeoutMs));
       return outcome;
     } finally {
       untrack();
@@ -280,14 +290,23 @@ export class CommandHandlers {
     caller: Caller,
     commandFor: (state: State) => Command | Promise<Command>,
     newStream = false,
-  ): Promise<Outcome<State>> {
-    return new Promise<Outcome<State>>((resolve, reject) => {
+  ): Promise<Submitted<State>> {
+    const projectedBefore = this.deps.projectedPosition?.();
+    return new Promise<Submitted<State>>((resolve, reject) => {
       const job: CommandJob<Command, State, Event> & { queuedAt: number } = {
         decider,
         request: caller,
         commandFor,
         newStream,
-        resolve,
+        resolve: (outcome) =>
+          resolve({
+            ...outcome,
+            beforeProjection:
+              outcome.appendedNow &&
+              outcome.position !== undefined &&
+              projectedBefore !== undefined &&
+              comparePositions(outcome.position, projectedBefore) <= 0,
+          }),
         fail: reject,
         queuedAt: performance.now(),
       };
@@ -307,10 +326,20 @@ export class CommandHandlers {
 
   private async awaitProjection(
     caller: Caller,
-    position: GlobalPosition | undefined,
+    outcome: Submitted<unknown>,
+    position = outcome.position,
     timeoutMs = this.deps.projectionWaitMs,
   ): Promise<void> {
     if (!position) return;
+    if (outcome.beforeProjection) {
+      // Stored (contract §11: answered as done), in a log the projection never reads: reads will not show it.
+      this.deps.logger.error(
+        { position: encodePosition(outcome.position!) },
+        "a command's events were placed before the projection's checkpoint: the event store was replaced or emptied under the read database (see /readyz)",
+      );
+      caller.onProjectionBehind?.();
+      return;
+    }
     const reached = await timed(this.deps.observer, 'wait_projection', () => this.deps.awaitProjection(position, timeoutMs));
     await this.turns.next();
     if (reached === false) caller.onProjectionBehind?.();

@@ -111,6 +111,7 @@ describe('operational endpoints and limits', () => {
         const first = await startTestService();
         const token = await first.token([org]);
         await ok(first, token, 'create_workspace', { organization_id: org, name: 'Before the store went' });
+        await ok(first, token, 'create_workspace', { organization_id: org, name: 'Also before' });
         expect((await get(first, '/readyz')).status).toBe(200);
         await first.close();
         // The same read database, an event store without its events: emptied (PostgreSQL), or a new one (the stand-in).
@@ -132,6 +133,16 @@ describe('operational endpoints and limits', () => {
         expect(notReady.body.checks.event_log).toMatch(
           /^the log ends at its start, before the projection's checkpoint \S+: the event store was replaced or emptied under the read database/,
         );
+        // A command sent to it anyway is stored and answered (contract §11), and says whether reads will show it:
+        // a new EventStoreDB places its events before the checkpoint, where the projection never reads them;
+        // PostgreSQL's positions (transaction ids) keep rising, past the checkpoint, and the projection applies it.
+        const created = await callApi(replaced, await replaced.token([org]), 'create_workspace', { organization_id: org, name: 'After' });
+        const workspace = expectOk(created);
+        if (onEventStoreDB) expect(created.headers.get('x-projection-behind')).toBe('true');
+        else {
+          expect(created.headers.get('x-projection-behind')).toBeNull();
+          expect(await ok(replaced, await replaced.token([org]), 'get_workspace', { id: workspace.id })).toMatchObject({ name: 'After' });
+        }
       },
     );
   });

@@ -109,7 +109,11 @@ describe('group commit of one record’s commands', () => {
       await runGroup(stack.store, stream, [retry.job], withIndex ? options : { snapshots: options!.snapshots });
       // The same state (the position it waits for the projection at may be its own event's, not its group's last).
       expect(await retry.answer).toEqual({
-        outcome: { state: (answered as { outcome: Outcome<WorkspaceState> }).outcome.state, position: expect.anything() },
+        outcome: {
+          state: (answered as { outcome: Outcome<WorkspaceState> }).outcome.state,
+          position: expect.anything(),
+          appendedNow: false,
+        },
       });
     }
     expect((await stack.store.readStream(stream)).length).toBe(5);
@@ -141,7 +145,7 @@ describe('group commit of one record’s commands', () => {
       status: 'active',
       workspace: { created_at: (stored[0]!.metadata as { occurred_at: string }).occurred_at },
     });
-    expect(await mine.answer).toEqual({ outcome: { state: theirs.outcome.state, position: expect.anything() } });
+    expect(await mine.answer).toEqual({ outcome: { state: theirs.outcome.state, position: expect.anything(), appendedNow: false } });
     // The next command, decided from this instance's memory, chains its hash to the stored event's.
     const next = job(update(id, 'next'));
     await runGroup(stack.store, stream, [next.job], { ...options, recent });
