@@ -82,6 +82,13 @@ export type CommandJob<Command, State, Event extends DomainEvent> = {
   /** Builds the command from the state it is decided on (access checks go there); called again if the group is decided again. */
   commandFor: (state: State) => Command | Promise<Command>;
   /**
+   * For a keyed command found executed already: the check its answer must pass, on the state its
+   * events left: whether the caller may see the record, not whether the command could run again
+   * now (its workspace deleted since, say): a retry answers what was done (contract §2). Without
+   * it, `commandFor` on the state the command was decided on.
+   */
+  mayAnswerExecuted?: (state: State) => void;
+  /**
    * The stream is named by an id generated for this command, so it cannot exist yet: nothing to
    * read. Were it ever taken, the append (expecting no stream) would conflict and the group would
    * read it.
@@ -140,12 +147,10 @@ async function answerExecuted<Command, State, Event extends DomainEvent>(
       continue;
     }
     try {
-      await job.commandFor(fold(job.decider, stored.slice(0, executed.first), before));
-      job.resolve({
-        state: fold(job.decider, stored.slice(0, executed.last + 1), before),
-        position: logged[executed.last]!.position,
-        appendedNow: false,
-      });
+      const state = fold(job.decider, stored.slice(0, executed.last + 1), before);
+      if (job.mayAnswerExecuted) job.mayAnswerExecuted(state);
+      else await job.commandFor(fold(job.decider, stored.slice(0, executed.first), before));
+      job.resolve({ state, position: logged[executed.last]!.position, appendedNow: false });
     } catch (error) {
       job.fail(error);
     }

@@ -16,7 +16,7 @@ import { Turns } from './turns.js';
 import type { SnapshotStore } from './snapshots.js';
 import type { CommandIndex } from './command-index.js';
 import type { JsonObject } from '../domain/merge-patch.js';
-import type { Solution } from '../domain/solution.js';
+import type { Solution, SolutionState } from '../domain/solution.js';
 import type { Timestamp } from '../domain/timestamp.js';
 import type { Documentation } from '../domain/values.js';
 import type { Workspace } from '../domain/workspace.js';
@@ -34,6 +34,16 @@ export type Caller = {
   /** Told when the command answers before the projection has applied its events (the API says so in a header). */
   onProjectionBehind?: () => void;
 };
+
+/**
+ * Whether `caller` may be answered about a solution a keyed command of theirs already changed:
+ * access to its organization, as for any record, whatever became of its workspace since.
+ */
+const solutionSeenBy =
+  (caller: Caller, what: 'workspace' | 'solution') =>
+  (state: SolutionState): void => {
+    if (state.status !== 'absent' && !caller.organizations.has(state.solution.organization_id)) throw notFound(what);
+  };
 
 /** An outcome as a handler sees it: `beforeProjection` when its events were appended now, yet at or before the projection's position as read before (CommandHandlerDeps.projectedPosition). */
 type Submitted<State> = Outcome<State> & { beforeProjection: boolean };
@@ -209,36 +219,57 @@ export class CommandHandlers {
   }
 
   async createSolution(params: CreateSolutionParams, caller: Caller): Promise<Solution> {
-    const workspace = await this.activeWorkspace(params.workspace_id, caller);
     const id = this.deps.newId('sol_', caller.commandId);
-    const outcome = await this.createInOrder(solutionStream(id), solutionDecider, caller, (context) => ({
-      type: 'CreateSolution' as const,
-      id,
-      workspace: { id: workspace.id, organization_id: workspace.organization_id },
-      organizationId: params.organization_id,
-      name: params.name,
-      description: params.description,
-      attributes: params.attributes,
-      documentation: params.documentation,
-      context,
-    }));
+    // The workspace is checked as the command is decided, which a keyed retry of a creation that ran skips.
+    const outcome = await this.createInOrder(
+      solutionStream(id),
+      solutionDecider,
+      caller,
+      async (context) => {
+        const workspace = await this.activeWorkspace(params.workspace_id, caller);
+        return {
+          type: 'CreateSolution' as const,
+          id,
+          workspace: { id: workspace.id, organization_id: workspace.organization_id },
+          organizationId: params.organization_id,
+          name: params.name,
+          description: params.description,
+          attributes: params.attributes,
+          documentation: params.documentation,
+          context,
+        };
+      },
+      solutionSeenBy(caller, 'workspace'),
+    );
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
   }
 
   async updateSolution(params: UpdateSolutionParams, caller: Caller): Promise<Solution> {
-    const outcome = await this.submit(solutionStream(params.id), solutionDecider, caller, async (state) => {
-      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
-      return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
-    });
+    const outcome = await this.submit(
+      solutionStream(params.id),
+      solutionDecider,
+      caller,
+      async (state) => {
+        if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+        return { type: 'UpdateSolution' as const, ...params, context: this.context(caller) };
+      },
+      { mayAnswerExecuted: solutionSeenBy(caller, 'solution') },
+    );
     await this.awaitProjection(caller, outcome);
     return this.settled(outcome.state, (state) => (state.status === 'active' ? state.solution : undefined));
   }
 
   async deleteSolution(id: string, caller: Caller): Promise<{ id: string }> {
-    const outcome = await this.submit(solutionStream(id), solutionDecider, caller, async (state) => {
-      if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
-      return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
-    });
+    const outcome = await this.submit(
+      solutionStream(id),
+      solutionDecider,
+      caller,
+      async (state) => {
+        if (state.status === 'active') await this.activeWorkspace(state.solution.workspace_id, caller, 'solution');
+        return { type: 'DeleteSolution' as const, id, context: this.context(caller) };
+      },
+      { mayAnswerExecuted: solutionSeenBy(caller, 'solution') },
+    );
     await this.awaitProjection(caller, outcome);
     return { id };
   }
@@ -258,11 +289,15 @@ export class CommandHandlers {
     streamName: string,
     decider: Decider<Command, State, Event>,
     caller: Caller,
-    command: (context: CommandContext) => Command,
+    command: (context: CommandContext) => Command | Promise<Command>,
+    mayAnswerExecuted?: (state: State) => void,
   ): Promise<Submitted<State>> {
     const context = this.context(caller);
     // Without an Idempotency-Key the record's id is newly generated, and so is its stream.
-    const appending = this.submit(streamName, decider, caller, () => command(context), caller.commandId === undefined);
+    const appending = this.submit(streamName, decider, caller, () => command(context), {
+      newStream: caller.commandId === undefined,
+      mayAnswerExecuted,
+    });
     const untrack = this.creationOrder.track(
       context.now,
       appending.then((outcome) => outcome.position),
@@ -289,7 +324,7 @@ export class CommandHandlers {
     decider: Decider<Command, State, Event>,
     caller: Caller,
     commandFor: (state: State) => Command | Promise<Command>,
-    newStream = false,
+    { newStream = false, mayAnswerExecuted }: Pick<CommandJob<Command, State, Event>, 'mayAnswerExecuted'> & { newStream?: boolean } = {},
   ): Promise<Submitted<State>> {
     const projectedBefore = this.deps.projectedPosition?.();
     return new Promise<Submitted<State>>((resolve, reject) => {
@@ -298,6 +333,7 @@ export class CommandHandlers {
         request: caller,
         commandFor,
         newStream,
+        ...(mayAnswerExecuted ? { mayAnswerExecuted } : {}),
         resolve: (outcome) =>
           resolve({
             ...outcome,

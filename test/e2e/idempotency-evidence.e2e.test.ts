@@ -36,6 +36,9 @@ describe('Idempotency-Key: the events are the evidence of what a keyed command d
   const keyed = (key: string, query: string, params: Record<string, unknown>) =>
     callApi(service, token, query, params, { 'idempotency-key': key });
   const plain = async (query: string, params: Record<string, unknown>) => expectOk(await callApi(service, token, query, params));
+  /** The same caller's retry, its token now granting no organization. */
+  const keyedWithoutAccess = async (key: string, query: string, params: Record<string, unknown>) =>
+    callApi(service, await service.token([], undefined, 'user-1'), query, params, { 'idempotency-key': key });
   const forgetStoredAnswer = (key: string) => database.query('DELETE FROM idempotency_keys WHERE key = $1', [key]);
   const history = async (kind: 'workspace' | 'solution', id: string) =>
     (await plain(`get_${kind}_history`, { id, page: 1, size: 100 })).items.map((item: { type: string }) => item.type);
@@ -87,18 +90,39 @@ describe('Idempotency-Key: the events are the evidence of what a keyed command d
     expect(await history('solution', created.id)).toEqual(['SolutionCreated', 'SolutionUpdated', 'SolutionUpdated', 'SolutionDeleted']);
   });
 
+  it('create_solution, update_solution and delete_solution: the retry answers what was done though the workspace was deleted since', async () => {
+    const workspace = await plain('create_workspace', { organization_id: org, name: 'Deleted under its solutions' });
+    const created = expectOk(await keyed('ev-gone-create', 'create_solution', { workspace_id: workspace.id, name: 'Made' }));
+    const other = await plain('create_solution', { workspace_id: workspace.id, name: 'Other' });
+    const updated = expectOk(await keyed('ev-gone-update', 'update_solution', { id: created.id, name: 'Made v2' }));
+    const deleted = expectOk(await keyed('ev-gone-delete', 'delete_solution', { id: other.id }));
+    for (const key of ['ev-gone-create', 'ev-gone-update', 'ev-gone-delete']) await forgetStoredAnswer(key);
+    await plain('delete_workspace', { id: workspace.id });
+
+    expect(expectOk(await keyed('ev-gone-create', 'create_solution', { workspace_id: workspace.id, name: 'Made' }))).toEqual(created);
+    expect(expectOk(await keyed('ev-gone-update', 'update_solution', { id: created.id, name: 'Made v2' }))).toEqual(updated);
+    expect(expectOk(await keyed('ev-gone-delete', 'delete_solution', { id: other.id }))).toEqual(deleted);
+    // Nothing done again: the cascade's deletion after each, and no more.
+    expect(await history('solution', created.id)).toEqual(['SolutionCreated', 'SolutionUpdated', 'SolutionDeleted']);
+    expect(await history('solution', other.id)).toEqual(['SolutionCreated', 'SolutionDeleted']);
+    // And a new request, without a key, is refused as ever.
+    expect((await callApi(service, token, 'create_solution', { workspace_id: workspace.id, name: 'Made' })).status).toBe(404);
+  });
+
+  it('a solution command retried by a caller who has since lost access to the organization is not found', async () => {
+    const workspace = await plain('create_workspace', { organization_id: org, name: 'Access to solutions' });
+    const created = expectOk(await keyed('ev-sol-access', 'create_solution', { workspace_id: workspace.id, name: 'Secret solution' }));
+    await forgetStoredAnswer('ev-sol-access');
+    const retry = await keyedWithoutAccess('ev-sol-access', 'create_solution', { workspace_id: workspace.id, name: 'Secret solution' });
+    expect(retry.status).toBe(404);
+    expect(JSON.stringify(retry.body)).not.toContain(created.id);
+  });
+
   it('a retry by a caller who has since lost access to the organization is not found, and changes nothing', async () => {
     const workspace = await plain('create_workspace', { organization_id: org, name: 'Access' });
     expectOk(await keyed('ev-access', 'update_workspace', { id: workspace.id, name: 'Secret name' }));
     await forgetStoredAnswer('ev-access');
-    const withoutAccess = await service.token([], undefined, 'user-1');
-    const retry = await callApi(
-      service,
-      withoutAccess,
-      'update_workspace',
-      { id: workspace.id, name: 'Secret name' },
-      { 'idempotency-key': 'ev-access' },
-    );
+    const retry = await keyedWithoutAccess('ev-access', 'update_workspace', { id: workspace.id, name: 'Secret name' });
     expect(retry.status).toBe(404);
     expect(JSON.stringify(retry.body)).not.toContain('Secret name');
     expect(await history('workspace', workspace.id)).toEqual(['WorkspaceCreated', 'WorkspaceUpdated']);
