@@ -79,7 +79,9 @@ export class DeliveryThread {
         }
         await new Promise<void>((resolve) => {
           this.lookNow = resolve;
-          setTimeout(resolve, lookForWebhooksMs).unref();
+          // A stop while the look was out came before this wait: it must not wait out the interval.
+          if (this.stopped.signal.aborted) resolve();
+          else setTimeout(resolve, lookForWebhooksMs).unref();
         });
       }
       if (this.stopped.signal.aborted) return;
