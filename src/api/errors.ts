@@ -70,8 +70,12 @@ export function sendServiceError(
   const status = statusOf[serviceError.code];
   // Set while a command waited for its projection: it speaks of a change answered as done, never of an error.
   reply.removeHeader('x-projection-behind');
-  if (status >= 500 && !(serviceError instanceof ShuttingDown)) request.log.error({ err: cause }, 'request failed');
-  else request.log.info({ code: serviceError.code }, serviceError.message);
+  if (serviceError.code === 'internal_error') request.log.error({ err: cause }, 'request failed');
+  // A store outage or an overload: the operator's to see, in one line per request with its cause; the
+  // stack of a refused connection says nothing more (a stop in progress is planned, so only info).
+  else if (serviceError.code === 'unavailable' && !(serviceError instanceof ShuttingDown)) {
+    request.log.warn({ code: serviceError.code, cause: cause instanceof Error ? cause.message : String(cause) }, serviceError.message);
+  } else request.log.info({ code: serviceError.code }, serviceError.message);
   if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');
   if (serviceError instanceof RetryLater) reply.header('Retry-After', String(serviceError.retryAfterSeconds));
   // Also on answers given before the onRequest hook that sets it (a path the router refused).

@@ -5,7 +5,7 @@ import type { EventStore } from '../eventstore/port.js';
 import { PostgresEventStore } from '../eventstore/postgres.js';
 import { startEmbeddedPostgres } from '../infra/embedded-postgres.js';
 import { migrate } from '../infra/migrate.js';
-import { createPool, PgListener, type Pool } from '../infra/postgres.js';
+import { createPool, isConnectionError, PgListener, type Pool } from '../infra/postgres.js';
 
 export type Stores = {
   databaseUrl: string;
@@ -53,7 +53,7 @@ export async function openStores(
     await listener.close();
     await pool.end();
     await embedded?.stop();
-    throw error;
+    throw config.databaseUrl && isConnectionError(error) ? new DatabaseUnreachable(config.databaseUrl, error as Error) : error;
   }
   // Loaded only in that mode: the EventStoreDB client (gRPC and its protocol buffers) takes a
   // fifth of a second to load, on every start of the service and of every tool.
@@ -87,5 +87,23 @@ async function requireServiceSchema(pool: Pool): Promise<void> {
   const { rows } = await pool.query<{ present: boolean }>("SELECT to_regclass('schema_migrations') IS NOT NULL AS present");
   if (!rows[0]?.present) {
     throw new Error("the database holds none of the service's tables: the service has never run on it; check DATABASE_URL");
+  }
+}
+
+/** The database DATABASE_URL names could not be reached or refused the session: says which, its password hidden. */
+export class DatabaseUnreachable extends Error {
+  constructor(databaseUrl: string, cause: Error) {
+    super(`the database at DATABASE_URL (${withoutPassword(databaseUrl)}) could not be used: ${cause.message}`, { cause });
+  }
+}
+
+function withoutPassword(databaseUrl: string): string {
+  try {
+    const url = new URL(databaseUrl);
+    if (url.password) url.password = '***';
+    return url.toString();
+  } catch {
+    // Not a URL (a libpq key/value string): pg has parsed it, but it may hold a password; name only the variable.
+    return 'as set';
   }
 }

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/database.js';
 import pg from 'pg';
+import { pino } from 'pino';
 import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase, testEventStore } from '../support/event-store.js';
 import { EventStoreDBStandIn } from '../support/eventstoredb-standin/index.js';
 import { CuttableProxy } from '../support/cuttable-proxy.js';
@@ -218,7 +219,9 @@ describe('operational endpoints and limits', () => {
       await proxy.open();
       const proxied = new URL(direct);
       proxied.port = String(proxy.port);
-      cut = await startTestService({ databaseUrl: proxied.toString(), eventStoreUrl: await proxiedEventStore(direct.toString()) });
+      const logLines: Record<string, unknown>[] = [];
+      const logger = pino({ level: 'info' }, { write: (line: string) => void logLines.push(JSON.parse(line) as Record<string, unknown>) });
+      cut = await startTestService({ databaseUrl: proxied.toString(), eventStoreUrl: await proxiedEventStore(direct.toString()), logger });
       const token = await cut.token([org]);
       const workspace = await ok(cut, token, 'create_workspace', { organization_id: org, name: 'Before the outage' });
 
@@ -232,6 +235,12 @@ describe('operational endpoints and limits', () => {
         await callApi(cut, token, 'create_solution', { workspace_id: workspace.id, name: 'During the outage' }),
       ];
       for (const response of calls) expectError(response, 503, 'unavailable');
+      // An outage is the operator's to see, once per request and in one line: a warning naming the cause, not an error with a stack.
+      for (const response of calls) {
+        const logged = logLines.filter((line) => line.request_id === response.body.error.request_id && (line.level as number) >= 40);
+        expect(logged).toEqual([expect.objectContaining({ level: 40, msg: response.body.error.message, cause: expect.any(String) })]);
+        expect(logged[0]).not.toHaveProperty('err');
+      }
       // Requests that never reach the stores are answered as usual.
       expectError(await callApi(cut, token, 'get_workspace', { id: 'bad' }), 400, 'validation_error');
       expectError(await callApi(cut, undefined, 'get_workspace', { id: workspace.id }), 401, 'unauthenticated');

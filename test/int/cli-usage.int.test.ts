@@ -135,6 +135,40 @@ describe.concurrent('the command-line tools', () => {
   });
 });
 
+/** Runs the service as `npm start` does, until it exits by itself. */
+function runService(env: NodeJS.ProcessEnv): Promise<{ code: number | null; stderr: string }> {
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+  return new Promise((resolve) => {
+    execFile(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: root, env, timeout: 60_000 }, (error, _stdout, stderr) =>
+      resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stderr }),
+    );
+  });
+}
+
+describe('a DATABASE_URL that cannot be used', () => {
+  const unreachable = 'postgresql://postgres:hunter2@127.0.0.1:1/gone';
+  const says =
+    'the database at DATABASE_URL (postgresql://postgres:***@127.0.0.1:1/gone) could not be used: connect ECONNREFUSED 127.0.0.1:1\n';
+
+  it('stops the service with one line naming the variable, its password hidden', async () => {
+    const env = {
+      ...process.env,
+      DATABASE_URL: unreachable,
+      AUTH_JWT_SECRET: testSecret,
+      PORT: '0',
+      LOG_LEVEL: 'silent',
+      EVENTSTORE_URL: '',
+    };
+    const outcome = await runService(env);
+    expect(outcome).toEqual({ code: 1, stderr: `failed to start: ${says}` });
+  });
+
+  it('stops an operator tool the same way', async () => {
+    const outcome = await runCli('src/cli/verify.ts', [], unreachable);
+    expect({ code: outcome.code, stderr: outcome.stderr }).toEqual({ code: 2, stderr: `verify failed: ${says}` });
+  });
+});
+
 describe('the service on a busy port', () => {
   let busy: net.Server;
   beforeAll(async () => {
@@ -145,7 +179,6 @@ describe('the service on a busy port', () => {
 
   it('says which variable to set, and exits', async () => {
     const port = (busy.address() as net.AddressInfo).port;
-    const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
     const env = {
       ...process.env,
       DATABASE_URL: await createTestDatabase(),
@@ -155,11 +188,7 @@ describe('the service on a busy port', () => {
       LOG_LEVEL: 'silent',
       EVENTSTORE_URL: '',
     };
-    const outcome = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-      execFile(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: root, env, timeout: 60_000 }, (error, _stdout, stderr) =>
-        resolve({ code: error ? (typeof error.code === 'number' ? error.code : -1) : 0, stderr }),
-      );
-    });
+    const outcome = await runService(env);
     expect(outcome.code).toBe(1);
     expect(outcome.stderr).toBe(
       `port ${port} on 127.0.0.1 is already in use: set PORT to a free port (for example PORT=${port + 1} npm start)\n`,
