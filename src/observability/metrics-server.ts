@@ -30,8 +30,13 @@ export async function startMetricsServer(metrics: Metrics, options: MetricsServe
       response
         .writeHead(status, { 'content-type': 'application/json; charset=utf-8', 'x-request-id': requestId })
         .end(JSON.stringify(options.errorBody(error, requestId)));
-    if (request.method !== 'GET' || request.url?.split('?')[0] !== '/metrics') {
+    if ((request.method !== 'GET' && request.method !== 'HEAD') || request.url?.split('?')[0] !== '/metrics') {
       fail(404, new ServiceError('not_found', 'no such endpoint'));
+      return;
+    }
+    // HEAD asks whether the endpoint is there: it is, and a scrape would be work thrown away.
+    if (request.method === 'HEAD') {
+      response.writeHead(200, { 'content-type': metrics.contentType, 'x-request-id': requestId }).end();
       return;
     }
     metrics.scrape().then(

@@ -29,6 +29,16 @@ describe('metrics on their own port', () => {
     expect(other.headers.get('x-request-id')).toBe(body.error.request_id);
   });
 
+  it('answers HEAD /metrics as GET without the body, as HTTP asks of every GET resource (RFC 9110 §9.3.2)', async () => {
+    const head = await fetch(metricsUrl, { method: 'HEAD' });
+    expect([head.status, head.headers.get('content-type'), await head.text()]).toEqual([
+      200,
+      'text/plain; version=0.0.4; charset=utf-8',
+      '',
+    ]);
+    expect(head.headers.get('x-request-id')).toBeTruthy();
+  });
+
   it('answers with a request id: the caller’s valid one echoed, or a new one', async () => {
     const echoed = await fetch(metricsUrl, { headers: { 'x-request-id': 'scrape-1' } });
     expect([echoed.status, echoed.headers.get('x-request-id')]).toEqual([200, 'scrape-1']);
