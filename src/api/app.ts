@@ -12,7 +12,7 @@ import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
 import { ChangeStreams, wantsEventStream } from './change-stream.js';
 import { drainConnectionsOnClose } from './connection-drain.js';
-import { errorBody, sendError, sendServiceError } from './errors.js';
+import { answeredErrorFields, errorBody, sendError, sendServiceError } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
@@ -237,7 +237,13 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   });
   app.addHook('onResponse', async (request, reply) => {
     request.log.info(
-      { method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+      {
+        method: request.method,
+        url: request.url,
+        status: reply.statusCode,
+        ms: Math.round(reply.elapsedTime * 10) / 10,
+        ...answeredErrorFields(request),
+      },
       'request',
     );
   });

@@ -60,6 +60,15 @@ export function sendError(error: unknown, request: FastifyRequest, reply: Fastif
   return sendServiceError(request.is404 ? new ServiceError('not_found', 'no such endpoint') : toServiceError(error), request, reply, error);
 }
 
+/** Errors answered without a log line of their own: the request's one line (`answeredErrorFields`) names them. */
+const answeredErrors = new WeakMap<FastifyRequest, ServiceError>();
+
+/** What the one line logged per answered request says of the error it was answered with, if any. */
+export function answeredErrorFields(request: FastifyRequest): { code?: ErrorCode; error?: string } {
+  const error = answeredErrors.get(request);
+  return error ? { code: error.code, error: error.message } : {};
+}
+
 /** Sends the contract's error body for `serviceError`; `cause` is logged for a 5xx. */
 export function sendServiceError(
   serviceError: ServiceError,
@@ -75,7 +84,7 @@ export function sendServiceError(
   // stack of a refused connection says nothing more (a stop in progress is planned, so only info).
   else if (serviceError.code === 'unavailable' && !(serviceError instanceof ShuttingDown)) {
     request.log.warn({ code: serviceError.code, cause: cause instanceof Error ? cause.message : String(cause) }, serviceError.message);
-  } else request.log.info({ code: serviceError.code }, serviceError.message);
+  } else answeredErrors.set(request, serviceError);
   if (serviceError.code === 'unauthenticated') reply.header('WWW-Authenticate', 'Bearer');
   if (serviceError instanceof RetryLater) reply.header('Retry-After', String(serviceError.retryAfterSeconds));
   // Also on answers given before the onRequest hook that sets it (a path the router refused).

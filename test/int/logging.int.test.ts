@@ -34,6 +34,34 @@ describe('logs', () => {
     expect(about.map((entry) => entry.msg)).toEqual(['request']);
   });
 
+  it('an answered error is one line too: the request line carries its code and message', async () => {
+    const service: ServiceProcess = await startServiceProcess({ databaseUrl: await createTestDatabase(), env: { LOG_LEVEL: 'info' } });
+    stops.push(() => service.signal('SIGTERM'));
+    const token = await service.token(['org_log']);
+    const refused = await fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'x-request-id': 'refused-once' },
+      body: JSON.stringify({ query: 'get_workspace', params: { id: 'ws_missing' } }),
+    });
+    expect(refused.status).toBe(404);
+    const unknownPath = await fetch(`${service.url}/nowhere`, { headers: { 'x-request-id': 'nowhere-once' } });
+    expect(unknownPath.status).toBe(404);
+    await eventually(() => service.output().includes('"request_id":"nowhere-once"'));
+    const about = (id: string) =>
+      service
+        .output()
+        .trim()
+        .split('\n')
+        .map((line) => JSON.parse(line) as Record<string, unknown>)
+        .filter((entry) => entry.request_id === id);
+    expect(about('refused-once')).toEqual([
+      expect.objectContaining({ level: 30, msg: 'request', status: 404, code: 'not_found', error: 'workspace not found' }),
+    ]);
+    expect(about('nowhere-once')).toEqual([
+      expect.objectContaining({ level: 30, msg: 'request', status: 404, code: 'not_found', error: 'no such endpoint' }),
+    ]);
+  });
+
   it('a client that goes away in the middle of its body is noted at info, not logged as the service failing', async () => {
     const service: ServiceProcess = await startServiceProcess({ databaseUrl: await createTestDatabase(), env: { LOG_LEVEL: 'info' } });
     stops.push(() => service.signal('SIGTERM'));
