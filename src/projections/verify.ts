@@ -1,9 +1,8 @@
-import { createHash } from 'node:crypto';
 import { readRecord, walkLog, type SkippedEvents } from '../eventstore/event-log.js';
 import { streamPrefixes } from '../eventstore/stream-names.js';
 import { readSnapshotRow, snapshotColumns, type SnapshotRow } from '../write/snapshots.js';
 import { commandEntries, indexedEvents, type CommandSpan } from '../write/command-index.js';
-import { storedHashes } from '../integrity/hashes.js';
+import { canonicalJson, sha256Hex, storedHashes } from '../integrity/hashes.js';
 import { comparePositions, startOfLog, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import type { Pool } from '../infra/postgres.js';
 import { isSolutionEvent, isWorkspaceEvent, type Envelope, type SolutionEvent, type WorkspaceEvent } from '../domain/events.js';
@@ -33,23 +32,19 @@ const changeDigest = (row: {
   actor: string;
   data: unknown;
 }) =>
-  createHash('sha256')
-    .update(
-      JSON.stringify(
-        canonical([
-          row.organization_id,
-          row.workspace_id,
-          row.commit_position,
-          row.prepare_position,
-          row.type,
-          row.record_id,
-          row.occurred_at,
-          row.actor,
-          row.data,
-        ]),
-      ),
-    )
-    .digest('base64url');
+  sha256Hex(
+    canonicalJson([
+      row.organization_id,
+      row.workspace_id,
+      row.commit_position,
+      row.prepare_position,
+      row.type,
+      row.record_id,
+      row.occurred_at,
+      row.actor,
+      row.data,
+    ]),
+  );
 
 /**
  * What the read tables must hold, folded from every stream with the write side's own `evolve`,
@@ -323,17 +318,5 @@ export function compareReadModels(expected: ReadModelSnapshot, actual: ReadModel
 
 /** JSON equality regardless of key order (jsonb does not keep it). */
 function sameJson(a: unknown, b: unknown): boolean {
-  return JSON.stringify(canonical(a)) === JSON.stringify(canonical(b));
-}
-
-function canonical(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(canonical);
-  if (value && typeof value === 'object') {
-    return Object.fromEntries(
-      Object.keys(value)
-        .sort()
-        .map((key) => [key, canonical((value as Record<string, unknown>)[key])]),
-    );
-  }
-  return value;
+  return canonicalJson(a) === canonicalJson(b);
 }

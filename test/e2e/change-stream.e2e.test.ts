@@ -3,7 +3,7 @@ import pg from 'pg';
 import { afterEach, describe, expect, inject, it } from 'vitest';
 import { mintToken } from '../../src/api/tokens.js';
 import { createTestDatabase } from '../support/database.js';
-import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
+import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase } from '../support/event-store.js';
 import { startServiceProcess, type ServiceProcess } from '../support/service-process.js';
 import { testSecret } from '../support/secret.js';
 import { clientFor, jsonHeaders, sleep } from './helpers.js';
@@ -74,23 +74,26 @@ describe('change stream life', () => {
     expect(blocks.every((block) => block.startsWith(':'))).toBe(true);
   });
 
-  it('sends the comments within the heartbeat setting, also at its largest, 15 s (the contract: at least every 15 s)', async () => {
-    const service = await startService({ CHANGE_STREAM_HEARTBEAT_MS: '15000' });
-    const reader = await openStream(service);
-    cleanups.push(() => reader.cancel());
-    // When each comment arrived: the opening one, then two keep-alives.
-    const arrivals: number[] = [];
-    const { blocks } = await readBlocks(reader, (read) => {
-      while (arrivals.length < read.length) arrivals.push(performance.now());
-      return read.length >= 3;
+  // Half a minute of waiting, once: the comments are the HTTP layer's timer, whichever store holds the events.
+  if (!onEventStoreDB) {
+    it('sends the comments within the heartbeat setting, also at its largest, 15 s (the contract: at least every 15 s)', async () => {
+      const service = await startService({ CHANGE_STREAM_HEARTBEAT_MS: '15000' });
+      const reader = await openStream(service);
+      cleanups.push(() => reader.cancel());
+      // When each comment arrived: the opening one, then two keep-alives.
+      const arrivals: number[] = [];
+      const { blocks } = await readBlocks(reader, (read) => {
+        while (arrivals.length < read.length) arrivals.push(performance.now());
+        return read.length >= 3;
+      });
+      expect(blocks).toEqual([': change stream', ': keep-alive', ': keep-alive']);
+      for (const [index, gap] of [arrivals[1]! - arrivals[0]!, arrivals[2]! - arrivals[1]!].entries()) {
+        expect(gap, `gap ${index + 1}`).toBeLessThan(15_000);
+        // Not much sooner than the setting either: the stream waits only a little less, for its read and write.
+        expect(gap, `gap ${index + 1}`).toBeGreaterThan(10_000);
+      }
     });
-    expect(blocks).toEqual([': change stream', ': keep-alive', ': keep-alive']);
-    for (const [index, gap] of [arrivals[1]! - arrivals[0]!, arrivals[2]! - arrivals[1]!].entries()) {
-      expect(gap, `gap ${index + 1}`).toBeLessThan(15_000);
-      // Not much sooner than the setting either: the stream waits only a little less, for its read and write.
-      expect(gap, `gap ${index + 1}`).toBeGreaterThan(10_000);
-    }
-  });
+  }
 
   it('answers the usual JSON error, not an empty stream, when the first read fails, and frees the stream slot', async () => {
     // One stream per caller: a slot kept by a refused stream would turn the next one into a 429.

@@ -475,5 +475,15 @@ describe('npm run projections:verify', () => {
 
     await rebuildReadModel({ connectionString: stack.url, store: stack.store, logger: silentLogger });
     expect(await runCli('src/cli/verify.ts', [], stack.url)).toMatchObject({ code: 0 });
+
+    // The change feed too: a row gone, and a row edited (which moves it to the table's end).
+    const feedRow = async (statement: string) =>
+      (await stack.pool.query<{ key: string }>(`${statement} RETURNING stream_name || '@' || version AS key`)).rows[0]!.key;
+    const removed = await feedRow(`DELETE FROM changes WHERE ctid = (SELECT max(ctid) FROM changes)`);
+    const edited = await feedRow(`UPDATE changes SET actor = 'mallory' WHERE ctid = (SELECT min(ctid) FROM changes)`);
+    const found = compareReadModels(expected, await actualReadModel(stack.pool));
+    expect(found).toHaveLength(2);
+    expect(found.filter((difference) => difference.startsWith(`change ${edited}: expected `))).toHaveLength(1);
+    expect(found).toContain(`change ${removed}: missing from the read tables`);
   }, 120_000);
 });
