@@ -91,7 +91,7 @@ async function requireServiceSchema(pool: Pool): Promise<void> {
 }
 
 /** The database DATABASE_URL names could not be reached or refused the session: says which, its password hidden. */
-export class DatabaseUnreachable extends Error {
+class DatabaseUnreachable extends Error {
   constructor(databaseUrl: string, cause: Error) {
     super(`the database at DATABASE_URL (${withoutPassword(databaseUrl)}) could not be used: ${cause.message}`, { cause });
   }
