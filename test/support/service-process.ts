@@ -9,11 +9,11 @@ import { testSecret } from './secret.js';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
-/** Node's options as `npm start` gives them (package.json's `node … src/main.ts`): tests and benches run the service as users do. */
+/** Node's options as `npm start` gives them (package.json's `exec node … src/main.ts`): tests and benches run the service as users do. */
 const startOptions: string[] = (() => {
   const { scripts } = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8')) as { scripts: { start: string } };
   const words = scripts.start.split(' ');
-  return words.slice(1, words.indexOf('src/main.ts'));
+  return words.slice(words.indexOf('node') + 1, words.indexOf('src/main.ts'));
 })();
 
 export type ServiceProcess = {
