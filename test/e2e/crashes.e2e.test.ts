@@ -217,7 +217,7 @@ describe('crashes and database faults', () => {
     expect((await stack.store.readAll(startOfLog, 10)).length).toBe(1);
   });
 
-  if (testEventStore === 'eventstoredb-standin') {
+  describe.runIf(testEventStore === 'eventstoredb-standin')('faults only the EventStoreDB stand-in injects', () => {
     it('an append whose answer was lost says in its 503 that the outcome is unknown, and the keyed retry answers what was stored', async () => {
       const where = await freshDatabase();
       const standIn = await standInFor(where.databaseUrl);
@@ -255,7 +255,7 @@ describe('crashes and database faults', () => {
       }
       expect(standIn.log.size).toBe(logged);
     });
-  }
+  });
 
   it('a frozen projector leader is replaced within 5 s, no command waits longer than PROJECTION_WAIT_MS, and it cannot write when it wakes', async () => {
     const where = await freshDatabase();

@@ -115,7 +115,7 @@ describe('an event the projector cannot apply', () => {
     });
   });
 
-  if (testEventStore === 'eventstoredb-standin') {
+  describe.runIf(testEventStore === 'eventstoredb-standin')('a refusal only the EventStoreDB stand-in injects', () => {
     it('answers 500, not 503, when EventStoreDB refuses an append, and logs why', async () => {
       const standIn = await standInFor(service.databaseUrl);
       standIn.faults.inject('append', { kind: 'unknown', details: 'Unexpected OperationResult: InvalidTransaction' }, 1);
@@ -125,5 +125,5 @@ describe('an event the projector cannot apply', () => {
         err: expect.objectContaining({ message: expect.stringContaining('Unexpected OperationResult: InvalidTransaction') }),
       });
     });
-  }
+  });
 });

@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workspaceStream } from '../../src/eventstore/stream-names.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-import { ok, verifyProjections } from './helpers.js';
+import { ok, projectionsVerifiable, unverifiableNote, verifyProjections } from './helpers.js';
 
 /**
  * A record's age and popularity (issue 21): a record with many events and many writers at once
@@ -52,7 +52,7 @@ describe('hot records: long histories and concurrent writers of one record', () 
     expect((await callApi(service, outsider, 'get_workspace_history', { id, page: 2, size: 10 })).status).toBe(404);
   });
 
-  it('answers history pages and as_of alike from snapshots, without them, and past a corrupt one, which verify reports and a read repairs', async () => {
+  it(`answers history pages and as_of alike from snapshots, without them, and past a corrupt one, which verify reports and a read repairs${unverifiableNote}`, async () => {
     const { id, versions } = await recordWithHistory(230);
     const database = new pg.Pool({ connectionString: service.databaseUrl, max: 1 });
     const snapshotsOf = async () =>
@@ -98,14 +98,14 @@ describe('hot records: long histories and concurrent writers of one record', () 
       await database.query(`UPDATE record_snapshots SET state = replace(state, '"v1', '"corrupted') WHERE stream_name = $1`, [
         workspaceStream(id),
       ]);
-      const reported = await verify();
-      if (reported) {
+      if (projectionsVerifiable) {
+        const reported = await verify();
         expect(reported.code).toBe(1);
         expect(reported.stdout).toContain(`snapshot ${workspaceStream(id)}@200: corrupt`);
       }
       expect(await answers()).toEqual(withSnapshots);
-      const repaired = await verify();
-      if (repaired) {
+      if (projectionsVerifiable) {
+        const repaired = await verify();
         expect(repaired.stdout, repaired.stderr).toMatch(
           /^no differences .*\n\d+ snapshot\(s\) agree with the log\n(the command index of \d+ stream\(s\) agrees with the log\n)?$/,
         );

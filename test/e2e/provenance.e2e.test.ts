@@ -4,7 +4,7 @@ import { solutionStream, workspaceStream } from '../../src/eventstore/stream-nam
 import { seededRandom } from '../support/generate.js';
 import { applyJsonPatch } from '../support/json-patch.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-import { before, expectError, ok, verifyProjections } from './helpers.js';
+import { before, expectError, ok, projectionsVerifiable, unverifiableNote, verifyProjections } from './helpers.js';
 
 /** Provenance and differences (contract §17) over HTTP, in each event store's mode, answers checked against the OpenAPI document. */
 describe('provenance and differences (contract §17)', () => {
@@ -173,7 +173,7 @@ describe('provenance and differences (contract §17)', () => {
   });
 
   // Over 400 commands and four rounds of some 150 reads: 20 s on an idle machine, minutes on a busy one.
-  it('answers provenance and diffs alike from snapshots and without them, keeping provenance snapshots that verify checks', async () => {
+  it(`answers provenance and diffs alike from snapshots and without them, keeping provenance snapshots that verify checks${unverifiableNote}`, async () => {
     const workspace = await ok(service, alice, 'create_workspace', {
       organization_id: 'org_prov',
       name: 'long',
@@ -234,17 +234,18 @@ describe('provenance and differences (contract §17)', () => {
       ]);
       expect(await answers()).toEqual(withSnapshots);
 
-      const checked = await verify();
-      if (checked)
+      if (projectionsVerifiable) {
+        const checked = await verify();
         expect(checked.stdout, checked.stderr).toMatch(
           /^no differences .*\n\d+ snapshot\(s\) agree with the log\n(the command index of \d+ stream\(s\) agrees with the log\n)?$/,
         );
+      }
       await database.query(
         `UPDATE record_snapshots SET state = replace(state, '"bob"', '"eve"') WHERE stream_name = $1 AND version = 200`,
         [`provenance:${streams[0]}`],
       );
-      const reported = await verify();
-      if (reported) {
+      if (projectionsVerifiable) {
+        const reported = await verify();
         expect(reported.code).toBe(1);
         expect(reported.stdout).toContain(`snapshot provenance:${streams[0]}@200: corrupt`);
       }

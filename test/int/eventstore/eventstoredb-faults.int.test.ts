@@ -256,7 +256,8 @@ describe('EventStoreDB adapter when EventStoreDB cannot be reached at all', () =
       ]) {
         const started = Date.now();
         await expect(call()).rejects.toBeInstanceOf(EventStoreUnavailable);
-        expect(Date.now() - started).toBeLessThan(2000 + 1000);
+        // The 2 s bound plus the timer's grace and room for a busy machine: a hang would take far longer.
+        expect(Date.now() - started).toBeLessThan(2000 + 250 + 1500);
       }
       const started = Date.now();
       await store.waitForEvents(startOfLog, 300, new AbortController().signal);
