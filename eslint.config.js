@@ -1,6 +1,7 @@
 // @ts-check
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import vitest from '@vitest/eslint-plugin';
 
 /**
  * typescript-eslint's recommended rules, plus the type-aware rules that catch what the type checker
@@ -25,5 +26,16 @@ export default tseslint.config(
     // Tests read loosely typed JSON answers.
     files: ['test/**/*.ts'],
     rules: { '@typescript-eslint/no-explicit-any': 'off' },
+  },
+  {
+    files: ['test/**/*.test.ts'],
+    plugins: { vitest },
+    rules: {
+      'vitest/expect-expect': ['error', { assertFunctionNames: ['expect', 'expect*', 'given.**', 'concurrentWriters'] }],
+      'vitest/no-conditional-tests': 'error',
+      'vitest/valid-expect': ['error', { maxArgs: 2 }],
+      'vitest/no-disabled-tests': 'error',
+      'vitest/no-focused-tests': 'error',
+    },
   },
 );

@@ -73,10 +73,12 @@ describe('event store port on the EventStoreDB stand-in (Append, older servers)'
  * registered at all, and one line says so: nothing is counted as skipped.
  */
 if (process.env.EVENTSTORE_URL) {
+  // eslint-disable-next-line vitest/no-conditional-tests -- which server, if any, is this machine's; not one test's outcome
   describe('event store port on EventStoreDB (EVENTSTORE_URL)', () => {
     eventStoreContract(() => openEventStoreDB(process.env.EVENTSTORE_URL!, async () => undefined));
   });
 } else if (await dockerAnswers()) {
+  // eslint-disable-next-line vitest/no-conditional-tests -- as above
   describe('event store port on EventStoreDB (testcontainers)', () => {
     eventStoreContract(async () => {
       const container = await startEventStoreDBContainer();
