@@ -123,7 +123,7 @@ try {
 } catch (error) {
   printer.interrupt();
   process.stderr.write(`rebuild failed: ${error instanceof Error ? error.message : String(error)}\n`);
-  exitCode = error instanceof RebuildAborted ? 130 : 1;
+  exitCode = error instanceof RebuildAborted ? 130 : 2;
 } finally {
   // The outcome is already printed; the process exits next, closing whatever is left.
   await connection?.close().catch(() => undefined);

@@ -163,9 +163,16 @@ describe('a DATABASE_URL that cannot be used', () => {
     expect(outcome).toEqual({ code: 1, stderr: `failed to start: ${says}` });
   });
 
-  it('stops an operator tool the same way', async () => {
-    const outcome = await runCli('src/cli/verify.ts', [], unreachable);
-    expect({ code: outcome.code, stderr: outcome.stderr }).toEqual({ code: 2, stderr: `verify failed: ${says}` });
+  // Every tool that could not do its work exits 2, whatever it is (1 is a tool's answer: differences, breaks, no such record).
+  it.each([
+    ['src/cli/verify.ts', [], 'verify'],
+    ['src/cli/rebuild.ts', [], 'rebuild'],
+    ['src/cli/dead-letters.ts', ['list'], 'dead letters'],
+    ['src/cli/history.ts', ['ws_V1StGXR8_Z5jdHi6B-myT'], 'history'],
+    ['src/cli/audit-verify.ts', [], 'audit:verify'],
+  ])('stops an operator tool the same way, with status 2: %s', async (tool, args, name) => {
+    const outcome = await runCli(tool, args, unreachable);
+    expect({ code: outcome.code, stderr: outcome.stderr }).toEqual({ code: 2, stderr: `${name} failed: ${says}` });
   });
 });
 
