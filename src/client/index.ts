@@ -71,12 +71,16 @@ export type ItemOf<O extends PagedOperation> = Result<O>['items'][number];
 /** An answer other than 200, with the contract's error body (§2). */
 export class ApiError extends Error {
   override readonly name = 'ApiError';
+  /** For a command: the Idempotency-Key it was sent with, to send it again later with the same key. */
+  idempotencyKey: string | undefined;
   constructor(
     readonly status: number,
     readonly code: ErrorCode,
     message: string,
     readonly details: ErrorDetail[] | undefined,
     readonly requestId: string | undefined,
+    /** The answer's `Retry-After` in seconds (a 429, or a 503 that names one). */
+    readonly retryAfterSeconds?: number,
   ) {
     super(message);
   }
@@ -96,6 +100,16 @@ export type ClientOptions = {
   retryDelayMs?: number;
   /** Another fetch (a proxy agent, instrumentation). Default: the global fetch. */
   fetch?: typeof fetch;
+  /**
+   * How long one try may take before it counts as a lost connection (and is retried, with the
+   * same key for a command), in milliseconds; a long poll gets its `wait_ms` on top. Default 60,000.
+   */
+  timeoutMs?: number;
+  /**
+   * How long `streamChanges` waits on a stream that sends nothing, not even its heartbeat (at most
+   * 15 s apart), before it drops it and reconnects, in milliseconds. Default 35,000.
+   */
+  streamIdleMs?: number;
 };
 
 export type CallOptions = {
@@ -141,7 +155,8 @@ export type Client = Methods & {
    * aborts, and then ends without an error. A service that cannot be reached or answers 503 is
    * tried again for as long as it takes, the delay doubling up to 5 s, unless `retries` is 0. A
    * stream that ends without delivering a change counts as a failed try too (the next one waits,
-   * the delay doubling up to 5 s); one that delivered changes is reconnected at once. A refusal
+   * the delay doubling up to 5 s); one that delivered changes is reconnected at once. A stream
+   * silent for `streamIdleMs` is a dropped connection, reconnected the same way. A refusal
    * (401, such as a token no longer accepted, 403, 400, 429) ends the iteration, thrown as ApiError.
    */
   streamChanges(params?: Omit<ChangeParams, 'wait_ms' | 'limit'>, options?: Omit<CallOptions, 'idempotencyKey'>): AsyncGenerator<Change>;
@@ -164,9 +179,17 @@ const sleep = (ms: number, signal: AbortSignal | undefined) =>
     signal?.addEventListener('abort', aborted, { once: true });
   });
 
-/** No answer came: the connection failed or was lost. For a command, whether it was done is unknown. */
+/** No answer came: the connection failed, was lost or went silent. For a command, whether it was done is unknown. */
 export class ServiceUnreachable extends Error {
   override readonly name = 'ServiceUnreachable';
+  /** For a command: the Idempotency-Key it was sent with, to send it again later with the same key. */
+  idempotencyKey: string | undefined;
+}
+
+/** The seconds of a `Retry-After` header in its delay-seconds form (the service's), else undefined. */
+function retryAfterOf(response: Response): number | undefined {
+  const value = response.headers.get('retry-after');
+  return value !== null && /^\d+$/.test(value) ? Number(value) : undefined;
 }
 
 /**
@@ -182,38 +205,73 @@ const followDelayCapMs = 5_000;
 
 export function createClient(options: ClientOptions): Client {
   const baseUrl = options.baseUrl.replace(/\/+$/, '');
+  // A mistake in the settings is the caller's, said at once: not a service to retry for ever.
+  const endpoint = (() => {
+    try {
+      return new URL(`${baseUrl}/api`).href;
+    } catch {
+      throw new TypeError(`baseUrl must be an absolute http(s) URL such as http://127.0.0.1:8080, not ${JSON.stringify(options.baseUrl)}`);
+    }
+  })();
   const retries = options.retries ?? 3;
   const retryDelayMs = options.retryDelayMs ?? 200;
+  const timeoutMs = options.timeoutMs ?? 60_000;
+  const streamIdleMs = options.streamIdleMs ?? 35_000;
   const fetchImpl = options.fetch ?? fetch;
   const token = async () => (typeof options.token === 'function' ? options.token() : options.token);
 
-  async function send(body: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<Response> {
+  /**
+   * One try. `signal` is the caller's; `connection` aborts this try alone (a timeout, a silent
+   * stream), which the caller sees as a lost connection, never as its own abort.
+   */
+  async function send(
+    body: string,
+    headers: Record<string, string>,
+    signal: AbortSignal | undefined,
+    connection: AbortSignal,
+  ): Promise<Response> {
+    // The token function's failure is the caller's own, not the service's: it is thrown as it is.
+    const authorization = `Bearer ${await token()}`;
     try {
-      return await fetchImpl(`${baseUrl}/api`, {
+      return await fetchImpl(endpoint, {
         method: 'POST',
-        headers: { ...headers, authorization: `Bearer ${await token()}` },
+        headers: { ...headers, authorization },
         body,
-        ...(signal ? { signal } : {}),
+        signal: signal ? AbortSignal.any([signal, connection]) : connection,
       });
     } catch (error) {
       if (signal?.aborted) throw error;
-      throw new ServiceUnreachable('the service could not be reached', { cause: error });
+      throw new ServiceUnreachable(`the service at ${baseUrl} could not be reached`, { cause: error });
     }
   }
 
-  async function attempt(body: string, headers: Record<string, string>, signal: AbortSignal | undefined): Promise<unknown> {
-    return answerOf(await send(body, headers, signal));
+  async function attempt(body: string, headers: Record<string, string>, signal: AbortSignal | undefined, waitMs = 0): Promise<unknown> {
+    const connection = AbortSignal.timeout(timeoutMs + waitMs);
+    return answerOf(await send(body, headers, signal, connection), signal);
   }
 
-  async function answerOf(response: Response): Promise<unknown> {
-    const text = await response.text();
+  async function answerOf(response: Response, signal: AbortSignal | undefined): Promise<unknown> {
+    let text: string;
+    try {
+      text = await response.text();
+    } catch (error) {
+      if (signal?.aborted) throw error;
+      throw new ServiceUnreachable(`the connection to ${baseUrl} was lost while its answer arrived`, { cause: error });
+    }
     let parsed: { data?: unknown; error?: { code: ErrorCode; message: string; details?: ErrorDetail[]; request_id?: string } };
     try {
       parsed = JSON.parse(text) as typeof parsed;
     } catch {
       // A proxy's or load balancer's own page: no contract body to read.
       const code = response.status >= 502 && response.status <= 504 ? 'unavailable' : 'internal_error';
-      throw new ApiError(response.status, code, `HTTP ${response.status} without a JSON body`, undefined, undefined);
+      throw new ApiError(
+        response.status,
+        code,
+        `HTTP ${response.status} without a JSON body`,
+        undefined,
+        undefined,
+        retryAfterOf(response),
+      );
     }
     if (response.ok) return parsed.data;
     const error = parsed.error;
@@ -223,23 +281,36 @@ export function createClient(options: ClientOptions): Client {
       error?.message ?? `HTTP ${response.status}`,
       error?.details,
       error?.request_id ?? response.headers.get('x-request-id') ?? undefined,
+      retryAfterOf(response),
     );
   }
 
   async function call<O extends OperationName>(operation: O, params: Params<O>, callOptions: CallOptions = {}): Promise<Result<O>> {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
-    if (operationKinds[operation] === 'command') headers['idempotency-key'] = callOptions.idempotencyKey ?? crypto.randomUUID();
+    const key = operationKinds[operation] === 'command' ? (callOptions.idempotencyKey ?? crypto.randomUUID()) : undefined;
+    if (key !== undefined) headers['idempotency-key'] = key;
     if (callOptions.requestId !== undefined) headers['x-request-id'] = callOptions.requestId;
     const body = JSON.stringify({ query: operation, params });
+    const waitMs = (params as { wait_ms?: number }).wait_ms ?? 0;
     for (let retry = 0; ; retry += 1) {
       try {
-        return (await attempt(body, headers, callOptions.signal)) as Result<O>;
+        return (await attempt(body, headers, callOptions.signal, waitMs)) as Result<O>;
       } catch (error) {
-        if (retry >= retries || !retryable(error, retry)) throw error;
-        await sleep(retryDelayMs * 2 ** retry, callOptions.signal);
+        if (retry >= retries || !retryable(error, retry)) {
+          if (error instanceof ApiError || error instanceof ServiceUnreachable) error.idempotencyKey = key;
+          throw error;
+        }
+        await sleep(retryDelayOf(error, retry), callOptions.signal);
       }
     }
   }
+
+  /** The wait before retry `retry`: doubling from retryDelayMs, or longer when the service said how long (Retry-After). */
+  const retryDelayOf = (error: unknown, retry: number) =>
+    Math.max(
+      retryDelayMs * 2 ** retry,
+      error instanceof ApiError && error.retryAfterSeconds !== undefined ? error.retryAfterSeconds * 1000 : 0,
+    );
 
   async function* pages<O extends PagedOperation>(
     operation: O,
@@ -290,7 +361,10 @@ export function createClient(options: ClientOptions): Client {
       yield* page.items;
       after = page.next;
       if (!page.has_more && !follow) return;
-      if (signal?.aborted) return;
+      if (signal?.aborted) {
+        if (follow) return;
+        throw signal.reason;
+      }
     }
   }
 
@@ -320,10 +394,18 @@ export function createClient(options: ClientOptions): Client {
       if (lastEventId !== undefined) headers['last-event-id'] = lastEventId;
       if (callOptions.requestId !== undefined) headers['x-request-id'] = callOptions.requestId;
       let response: Response;
+      // Aborted when the stream goes silent for streamIdleMs: the connection is gone, even if no error says so.
+      const connection = new AbortController();
+      let idle = setTimeout(() => connection.abort(), streamIdleMs);
+      const heard = () => {
+        clearTimeout(idle);
+        idle = setTimeout(() => connection.abort(), streamIdleMs);
+      };
       try {
-        response = await send(JSON.stringify({ query: 'list_changes', params }), headers, signal);
-        if (!response.ok || !response.body) await answerOf(response);
+        response = await send(JSON.stringify({ query: 'list_changes', params }), headers, signal, connection.signal);
+        if (!response.ok || !response.body) await answerOf(response, signal);
       } catch (error) {
+        clearTimeout(idle);
         if (signal?.aborted) return;
         if (!(await waitedToRetry(error, failures++, signal))) throw error;
         continue;
@@ -338,6 +420,7 @@ export function createClient(options: ClientOptions): Client {
       const decoder = new TextDecoder();
       try {
         for await (const chunk of response.body as unknown as AsyncIterable<Uint8Array>) {
+          heard();
           parser.feed(decoder.decode(chunk, { stream: true }));
           for (const change of received.splice(0)) {
             lastEventId = change.id;
@@ -346,9 +429,11 @@ export function createClient(options: ClientOptions): Client {
           }
         }
       } catch (error) {
-        // A dropped connection: reconnect from the last change seen.
+        // A dropped or silent connection: reconnect from the last change seen.
         if (signal?.aborted) return;
         if (!(error instanceof Error)) throw error;
+      } finally {
+        clearTimeout(idle);
       }
       // A stream that ended (or dropped) without a change is a failed try, whatever its status said:
       // reconnecting at once would hammer a service (or a proxy) that keeps ending streams at once.
@@ -388,7 +473,7 @@ export class WebhookVerificationError extends Error {
  */
 export async function verifyWebhook(
   secret: string,
-  headers: Record<string, string | string[] | undefined> | Headers,
+  headers: Record<string, string | string[] | undefined> | { get(name: string): string | null | undefined },
   body: string,
   toleranceSeconds = 300,
 ): Promise<{ type: string; timestamp: string; data: Change }> {
@@ -398,10 +483,13 @@ export async function verifyWebhook(
   if (!keyBytes || keyBytes.length < 24 || keyBytes.length > 64)
     throw new TypeError('the webhook secret must be the one create_webhook gave: whsec_ and base64');
   // Header names are case-insensitive; Node gives them in lower case, other frameworks as sent.
-  const lowerCased =
-    headers instanceof Headers ? undefined : new Map(Object.entries(headers).map(([name, value]) => [name.toLowerCase(), value]));
+  // A Headers of any fetch implementation has `get`, which finds a name in any case; so does a Map of lower-case names.
+  const lookup = typeof headers.get === 'function' ? (headers as { get(name: string): string | null | undefined }) : undefined;
+  const lowerCased = lookup
+    ? undefined
+    : new Map(Object.entries(headers as Record<string, string | string[] | undefined>).map(([name, value]) => [name.toLowerCase(), value]));
   const header = (name: string) => {
-    const value = lowerCased ? lowerCased.get(name) : (headers as Headers).get(name);
+    const value = lookup ? lookup.get(name) : lowerCased!.get(name);
     return Array.isArray(value) ? value[0] : (value ?? undefined);
   };
   const [id, timestamp, signatures] = [header('webhook-id'), header('webhook-timestamp'), header('webhook-signature')];

@@ -1,4 +1,5 @@
 import { Webhook } from 'standardwebhooks';
+import { Headers as UndiciHeaders } from 'undici';
 import { describe, expect, it } from 'vitest';
 import { verifyWebhook, WebhookVerificationError } from '../../../src/client/index.js';
 import { newWebhookSecret } from '../../../src/webhooks/signature.js';
@@ -21,6 +22,12 @@ describe("the client's verifyWebhook, against deliveries signed by the standardw
     const both = signed(secret);
     both['webhook-signature'] = `${signed(newWebhookSecret())['webhook-signature']} ${both['webhook-signature']}`;
     expect(await verifyWebhook(secret, new Headers(both), body)).toEqual(JSON.parse(body));
+  });
+
+  it("reads the headers of another fetch implementation's Headers (undici's) and of a Map", async () => {
+    const secret = newWebhookSecret();
+    expect(await verifyWebhook(secret, new UndiciHeaders(signed(secret)), body)).toEqual(JSON.parse(body));
+    expect(await verifyWebhook(secret, new Map(Object.entries(signed(secret))), body)).toEqual(JSON.parse(body));
   });
 
   it('refuses another secret, a changed body, an old timestamp and missing headers', async () => {
