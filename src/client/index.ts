@@ -460,6 +460,9 @@ function base64Bytes(text: string): Uint8Array | undefined {
   }
 }
 
+/** A webhook delivery's body (contract §15): the change, its type and when it was committed. */
+export type WebhookPayload = { type: Change['type']; timestamp: string; data: Change };
+
 /** A webhook delivery whose signature did not verify: refuse it (answer 400), never act on it. */
 export class WebhookVerificationError extends Error {
   override readonly name = 'WebhookVerificationError';
@@ -476,7 +479,7 @@ export async function verifyWebhook(
   headers: Record<string, string | string[] | undefined> | { get(name: string): string | null | undefined },
   body: string,
   toleranceSeconds = 300,
-): Promise<{ type: string; timestamp: string; data: Change }> {
+): Promise<WebhookPayload> {
   // The secret is the receiver's own setting: a wrong one is its bug, not a bad delivery.
   const keyBytes = typeof secret === 'string' ? base64Bytes(secret.replace(/^whsec_/, '')) : undefined;
   // Standard Webhooks' bounds: a string that merely decodes (a password, a placeholder) is not a secret.
@@ -504,7 +507,7 @@ export async function verifyWebhook(
     if (!signature) continue;
     // crypto.subtle.verify compares in constant time.
     if (await crypto.subtle.verify('HMAC', key, signature, message)) {
-      return JSON.parse(body) as { type: string; timestamp: string; data: Change };
+      return JSON.parse(body) as WebhookPayload;
     }
   }
   throw new WebhookVerificationError('no signature matches the secret');
