@@ -396,11 +396,12 @@ export function createClient(options: ClientOptions): Client {
       let response: Response;
       // Aborted when the stream goes silent for streamIdleMs: the connection is gone, even if no error says so.
       const connection = new AbortController();
-      let idle = setTimeout(() => connection.abort(), streamIdleMs);
+      let idle: ReturnType<typeof setTimeout> | undefined;
       const heard = () => {
         clearTimeout(idle);
         idle = setTimeout(() => connection.abort(), streamIdleMs);
       };
+      heard();
       try {
         response = await send(JSON.stringify({ query: 'list_changes', params }), headers, signal, connection.signal);
         if (!response.ok || !response.body) await answerOf(response, signal);
@@ -463,6 +464,9 @@ function base64Bytes(text: string): Uint8Array | undefined {
 /** A webhook delivery's body (contract §15): the change, its type and when it was committed. */
 export type WebhookPayload = { type: Change['type']; timestamp: string; data: Change };
 
+/** Headers looked up by name: a Headers of any fetch implementation, or a Map of lower-case names. */
+export type HeaderLookup = { get(name: string): string | string[] | null | undefined };
+
 /** A webhook delivery whose signature did not verify: refuse it (answer 400), never act on it. */
 export class WebhookVerificationError extends Error {
   override readonly name = 'WebhookVerificationError';
@@ -476,7 +480,7 @@ export class WebhookVerificationError extends Error {
  */
 export async function verifyWebhook(
   secret: string,
-  headers: Record<string, string | string[] | undefined> | { get(name: string): string | null | undefined },
+  headers: Record<string, string | string[] | undefined> | HeaderLookup,
   body: string,
   toleranceSeconds = 300,
 ): Promise<WebhookPayload> {
@@ -486,13 +490,15 @@ export async function verifyWebhook(
   if (!keyBytes || keyBytes.length < 24 || keyBytes.length > 64)
     throw new TypeError('the webhook secret must be the one create_webhook gave: whsec_ and base64');
   // Header names are case-insensitive; Node gives them in lower case, other frameworks as sent.
-  // A Headers of any fetch implementation has `get`, which finds a name in any case; so does a Map of lower-case names.
-  const lookup = typeof headers.get === 'function' ? (headers as { get(name: string): string | null | undefined }) : undefined;
-  const lowerCased = lookup
-    ? undefined
-    : new Map(Object.entries(headers as Record<string, string | string[] | undefined>).map(([name, value]) => [name.toLowerCase(), value]));
+  // A Headers finds a name in any case itself; a plain object is looked up through its lower-cased names.
+  const lookup: HeaderLookup =
+    typeof headers.get === 'function'
+      ? (headers as HeaderLookup)
+      : new Map(
+          Object.entries(headers as Record<string, string | string[] | undefined>).map(([name, value]) => [name.toLowerCase(), value]),
+        );
   const header = (name: string) => {
-    const value = lookup ? lookup.get(name) : lowerCased!.get(name);
+    const value = lookup.get(name);
     return Array.isArray(value) ? value[0] : (value ?? undefined);
   };
   const [id, timestamp, signatures] = [header('webhook-id'), header('webhook-timestamp'), header('webhook-signature')];
