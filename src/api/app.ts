@@ -12,7 +12,7 @@ import type { Principal, TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
 import { ChangeStreams, wantsEventStream } from './change-stream.js';
 import { drainConnectionsOnClose } from './connection-drain.js';
-import { answeredErrorFields, errorBody, sendError, sendServiceError } from './errors.js';
+import { answeredErrorFields, errorBody, sendError, sendServiceError, TooManyHeaders } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
 import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
@@ -222,12 +222,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.addHook('onRequest', async (request, reply) => {
     reply.header('x-request-id', request.id);
     // Node keeps the first maxHeadersCount headers and drops the rest unsaid: at the limit, some may be missing.
-    if (request.raw.rawHeaders.length / 2 >= headersCounted) {
-      request.log.info({ code: 'bad_request' }, 'the request has too many headers');
-      return reply
-        .code(431)
-        .send(errorBody(new ServiceError('bad_request', `the request has too many headers (at most ${headersCounted - 1})`), request.id));
-    }
+    if (request.raw.rawHeaders.length / 2 >= headersCounted) throw new TooManyHeaders(headersCounted - 1);
     // RFC 9112 §3.2: an HTTP/1.1 request without Host is refused (HTTP/1.0 had none).
     if (request.raw.httpVersion === '1.1' && request.headers.host === undefined) {
       throw new ServiceError('bad_request', 'the request has no Host header');

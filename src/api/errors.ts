@@ -20,6 +20,13 @@ export const statusOf: Record<ErrorCode, number> = {
   unavailable: 503,
 };
 
+/** 431 `bad_request` (contract §2): more request headers than the server reads, refused before routing. */
+export class TooManyHeaders extends ServiceError {
+  constructor(limit: number) {
+    super('bad_request', `the request has too many headers (at most ${limit})`);
+  }
+}
+
 const fastifyCodes: Record<string, [ErrorCode, string]> = {
   FST_ERR_CTP_BODY_TOO_LARGE: ['payload_too_large', 'the request body is too large'],
   FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupported_media_type', 'the body must be application/json'],
@@ -76,7 +83,7 @@ export function sendServiceError(
   reply: FastifyReply,
   cause: unknown = serviceError,
 ): FastifyReply {
-  const status = statusOf[serviceError.code];
+  const status = serviceError instanceof TooManyHeaders ? 431 : statusOf[serviceError.code];
   // Set while a command waited for its projection: it speaks of a change answered as done, never of an error.
   reply.removeHeader('x-projection-behind');
   if (serviceError.code === 'internal_error') request.log.error({ err: cause }, 'request failed');

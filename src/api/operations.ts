@@ -151,7 +151,7 @@ const found = <T>(record: T | undefined, what: string): T => {
   return record;
 };
 
-/** The integrity queries (contract §16) need a read scope, either one. */
+/** The integrity queries (contract §16) and the change feed (§14, which each kind's scope narrows) need a read scope, either one. */
 const anyReadScope: readonly Scope[] = ['workspaces:read', 'solutions:read'];
 
 /** The one place mapping each operation to its scope and handler. */
@@ -317,7 +317,7 @@ export const operations: { [O in OperationName]: Operation<O> } = {
   },
   list_changes: {
     kind: 'query',
-    scope: ['workspaces:read', 'solutions:read'],
+    scope: anyReadScope,
     summary:
       'The changes the caller may read, in log order, paged by cursor; waits for one with `wait_ms`; ' +
       'with `Accept: text/event-stream`, streams them as Server-Sent Events.',

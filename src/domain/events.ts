@@ -46,7 +46,7 @@ export type SolutionEvent = SolutionCreated | SolutionUpdated | SolutionDeleted;
 export type DomainEvent = WorkspaceEvent | SolutionEvent;
 
 /**
- * Version 2: SolutionDeleted carries `reason`. Version-1 events lack it; src/write/upcast.ts fills
+ * Version 2: SolutionDeleted carries `reason`. Version-1 events lack it; src/domain/upcast.ts fills
  * it in as 'requested' (before version 2 only requested deletions existed as separate events).
  */
 export const currentSchemaVersion = 2;

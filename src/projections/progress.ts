@@ -124,6 +124,8 @@ export class ProjectionProgress {
       // read may have started before the projector recorded one that a notification already reported.
       if (deadLetter) this.stop(deadLetter.position);
     } catch (error) {
+      // Safe to leave at that: nothing moves backwards, and the next notification, the poll of every
+      // wait in progress (pollIntervalMs) or the listener's reconnection reads it again.
       this.logger.debug({ err: (error as Error).message }, 'could not read the projection checkpoint');
     }
   }

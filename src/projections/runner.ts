@@ -30,7 +30,7 @@ export type ProjectionRunnerOptions = {
   logger: Logger;
   /** Events per batch when caught up (default 500)... */
   batchSize?: number;
-  /** ...and at most, while catching up a backlog (default 20,000): see src/projections/catch-up.ts. */
+  /** ...and at most, while catching up a backlog (default 2,500, defaultPageSizes): see src/projections/catch-up.ts. */
   maxBatchSize?: number;
   /** Rows kept in memory from batch to batch while catching up (default 100,000), so that each is read once. */
   cachedRows?: number;

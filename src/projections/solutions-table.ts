@@ -2,6 +2,7 @@ import { assertNever } from '../domain/command.js';
 import type { Envelope, SolutionEvent, WorkspaceDeleted } from '../domain/events.js';
 import { evolveSolution, type Solution } from '../domain/solution.js';
 
+/** A row is the record's shape as the domain defines it: a type only, so src/read takes it without any domain code. */
 export type SolutionRow = Solution;
 
 /**

@@ -334,7 +334,7 @@ const groupAppendBudget = 256 * 1024;
 
 /**
  * Decides jobs in their turn, each on the state the ones before it left, while their events fit
- * the budget: their events follow each other in one append. `decided` says how many were. A job the
+ * the budget: their events follow each other in one append; `decisions` holds one per job taken. A job the
  * decider (or its access checks) refuses adds nothing and stops no other.
  */
 async function decideInTurn<Command, State, Event extends DomainEvent>(
@@ -362,9 +362,9 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
     if (size > groupAppendBudget) break;
     try {
       const command = await job.commandFor(state);
-      const decided = performance.now();
+      const decideStarted = performance.now();
       const decidedEvents = job.decider.decide(command, state);
-      observer?.onStep?.('decide', (performance.now() - decided) / 1000);
+      observer?.onStep?.('decide', (performance.now() - decideStarted) / 1000);
       const version = known.head.version + BigInt(events.length);
       const hashes = withoutHashes
         ? []

@@ -9,9 +9,10 @@ import {
   type Change,
   type ChangePage,
   type ChangeQuery,
+  type PageRows,
   type StoredChange,
 } from '../feed.js';
-import { lastChangeThrough, readChanges, type ChangeRows } from './table.js';
+import { lastChangeThrough, readChanges } from './table.js';
 
 /** How far the projection has got, and a wait for it to move (src/projections/progress.ts). */
 export type FeedProgress = {
@@ -36,7 +37,7 @@ export type FeedProgress = {
  * reading the nothing it would find first. Every call still reads before it answers.
  */
 export function createChangeFeed(pool: Pool, progress: FeedProgress) {
-  const reading = new Map<string, Promise<ChangeRows>>();
+  const reading = new Map<string, Promise<PageRows>>();
   // A row read once for several callers is shown once: the streams woken together share their Changes.
   const shown = new WeakMap<StoredChange, Change>();
   const present = (row: StoredChange): Change => {
@@ -48,7 +49,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
     JSON.stringify([query.after, query.organizations, query.workspaceId ?? null, query.types, query.limit], (_, value) =>
       typeof value === 'bigint' ? value.toString() : (value as unknown),
     );
-  const read = (query: ChangeQuery, seen: GlobalPosition): Promise<ChangeRows> => {
+  const read = (query: ChangeQuery, seen: GlobalPosition): Promise<PageRows> => {
     const key = `${seen.commit}/${seen.prepare} ${keyOf(query)}`;
     let rows = reading.get(key);
     if (!rows) {
@@ -69,7 +70,7 @@ export function createChangeFeed(pool: Pool, progress: FeedProgress) {
    */
   const readTo = new Map<string, GlobalPosition>();
   const digestOf = (query: ChangeQuery) => hash('sha256', keyOf(query), 'base64');
-  const remember = (query: ChangeQuery, read: ChangeRows, seen: GlobalPosition) => {
+  const remember = (query: ChangeQuery, read: PageRows, seen: GlobalPosition) => {
     if (read.more) return;
     const key = digestOf({ ...query, after: continuesFrom(read, query) });
     readTo.delete(key);

@@ -1,6 +1,6 @@
 import type { GlobalPosition } from '../../eventstore/port.js';
 import { named, type Pool } from '../../infra/postgres.js';
-import type { ChangeEntry, ChangeQuery, StoredChange } from '../feed.js';
+import type { ChangeEntry, ChangeQuery, PageRows, StoredChange } from '../feed.js';
 
 /** The changes table's SQL (schema in src/projections/schema.ts): the projector's insert and the feed's read. */
 
@@ -63,18 +63,12 @@ const withinBudget = (candidates: string, budget: string) =>
    ORDER BY page.commit_position, page.prepare_position`;
 
 /**
- * A page's rows (at most `limit`), and whether changes follow them; `through`, when known, a
- * position up to which every change of the query's organizations (and workspace) was considered.
- */
-export type ChangeRows = { rows: StoredChange[]; more: boolean; through?: GlobalPosition | undefined };
-
-/**
  * At most `limit` changes after `after`, in log order, within the page's data budget. Each
  * organization's rows are read on its own key range (at most `limit + 1` each) and merged, so a
  * page costs what the caller's organizations hold after the cursor, never the rest of the log; a
  * workspace filter reads that workspace's range.
  */
-export async function readChanges(pool: Pool, query: ChangeQuery, budgetBytes = pageDataBudgetBytes): Promise<ChangeRows> {
+export async function readChanges(pool: Pool, query: ChangeQuery, budgetBytes = pageDataBudgetBytes): Promise<PageRows> {
   if (query.organizations.length === 0 || query.types.length === 0) return { rows: [], more: false };
   const after = [query.after.commit.toString(), query.after.prepare.toString()];
   const fetched = query.limit + 1;

@@ -102,7 +102,7 @@ export class TreeKeeper {
     }
   }
 
-  /** A round: the next batch appended and the checkpoints due signed, unless the service defers it; answers how many events it appended. */
+  /** A round: the next batch appended and the checkpoints due signed, unless the service defers it; answers how many events of the log it consumed. */
   private async round(): Promise<number> {
     if (await this.options.deferWhile?.()) return 0;
     const read = await this.catchUp();
@@ -110,7 +110,11 @@ export class TreeKeeper {
     return read;
   }
 
-  /** Appends the next batch of the log to the trees; answers how many events it appended. */
+  /**
+   * Appends the next batch of the log to the trees; answers how many events of the log it consumed,
+   * the ones left out of every tree (a repeated version, no organization) included: 0 when another
+   * instance's keeper had taken the batch.
+   */
   async catchUp(): Promise<number> {
     const { pool, store, batchSize = defaultBatchSize } = this.options;
     // Read before the transaction: an open transaction holding a transaction id would hold back
@@ -119,7 +123,7 @@ export class TreeKeeper {
     const events = await store.readAll(after, batchSize);
     if (events.length === 0) return 0;
     const leftOut: { event: { streamName: string; version: bigint }; reason: 'no_organization' | 'repeated_version' }[] = [];
-    const appended = await inTransaction(pool, async (client) => {
+    const consumed = await inTransaction(pool, async (client) => {
       // Another instance's keeper appended from there meanwhile: this batch is its, already.
       if (comparePositions(await lockProgress(client), after) !== 0) return 0;
       // An event at a version the tree holds already was put back into the log under the service
@@ -163,8 +167,8 @@ export class TreeKeeper {
       return events.length;
     });
     // Told once the batch is committed: a batch rolled back and read again is told once, then.
-    if (appended > 0) for (const { event, reason } of leftOut) this.tellLeftOut(event, reason);
-    return appended;
+    if (consumed > 0) for (const { event, reason } of leftOut) this.tellLeftOut(event, reason);
+    return consumed;
   }
 
   private tellLeftOut(event: { streamName: string; version: bigint }, reason: 'no_organization' | 'repeated_version'): void {
