@@ -122,8 +122,9 @@ export class StreamOrderAudit {
 }
 
 /**
- * Where a stream's chain is: the last version seen (any event's), the last chained event's hash,
- * and, read stream by stream, the last event's place in the log.
+ * Where a stream's chain is: the last version seen (any event's), the hash the next chained event
+ * must follow (the last chained event's, or the leaf's of an event no longer marked as the
+ * service's own), and, read stream by stream, the last event's place in the log.
  */
 type StreamChain = { version: number; head: string; position?: GlobalPosition };
 

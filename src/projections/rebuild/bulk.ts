@@ -90,7 +90,7 @@ export async function bulkLoad(options: {
   const { store, read, connections, skipped, progress, progressEvery } = options;
   await createStagingTables(connections.workspaces);
   const loaded = await read((log) => foldStreams({ store, log, connections, skipped, progress, progressEvery }));
-  // The catch-up moves the rebuild's checkpoint from where the load got.
+  // Moved to where the load got: the catch-up, which moves it only from where it is, continues from there.
   if (loaded.position) await moveCheckpoint(connections.workspaces, startOfLog, loaded.position);
   const cascades = await hideSolutionsOfInactiveWorkspaces(connections.workspaces);
   await Promise.all([countPerOrganization(connections.workspaces), countPerWorkspace(connections.solutions)]);
