@@ -28,6 +28,7 @@ import { startEmbeddedPostgres } from '../src/infra/embedded-postgres.js';
 import { openStores } from '../src/runtime/stores.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 import { testSecret } from '../test/support/secret.js';
+import { addCpu, cpuPerCreate, cpuSeconds, localPostmaster } from './cpu-ticks.js';
 import { databaseUrl as databaseUrlOn, finishBenchDatabase } from './databases.js';
 import { organization as hotOrganization, seedHotRecord } from './hot-record.js';
 import { seedPostgresLog } from './seeded-history.js';
@@ -115,9 +116,17 @@ try {
   const targets = { on: { url: on.url, token }, off: { url: off.url, token } };
   await creates(targets.on);
   const totals = { on: [] as Load[], off: [] as Load[] };
+  // Each side's own process, and the server and this process while that side is loaded (the other
+  // side's keeper may still be catching up then: counted against the side being loaded).
+  const postmaster = await localPostmaster(admin);
+  const cpu = { on: { service: 0, postgres: 0, bench: 0 }, off: { service: 0, postgres: 0, bench: 0 } };
+  const pids = { on: on.pid, off: off.pid };
   for (let round = 0; round < rounds; round++) {
-    for (const side of round % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const))
+    for (const side of round % 2 === 0 ? (['on', 'off'] as const) : (['off', 'on'] as const)) {
+      const before = cpuSeconds(pids[side], postmaster);
       totals[side].push(await creates(targets[side]));
+      addCpu(cpu[side], before, cpuSeconds(pids[side], postmaster));
+    }
   }
   await creates(targets.off);
   const rate = (loads: Load[]) =>
@@ -141,6 +150,9 @@ try {
     out(`${`p${q} ms`.padEnd(34)}${fixed(a).padStart(14)}${fixed(b).padStart(14)}${`${fixed(a / b)}x`.padStart(9)}`);
   }
   out(`${'non-200 answers'.padEnd(34)}${String(failed(totals.on)).padStart(14)}${String(failed(totals.off)).padStart(14)}`);
+  const made = (loads: Load[]) => loads.reduce((sum, load) => sum + load.count, 0);
+  out(`CPU, integrity on:  ${cpuPerCreate(cpu.on, made(totals.on))}`);
+  out(`CPU, integrity off: ${cpuPerCreate(cpu.off, made(totals.off))}`);
   out(`baseline check: ${rows[0]!.hashed} events with hashes, ${rows[0]!.leaves} leaves (both must be 0)`);
   await stop(on);
   await stop(off);

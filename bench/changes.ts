@@ -34,7 +34,7 @@ import { openStores } from '../src/runtime/stores.js';
 import { startServiceProcess, type ServiceProcess } from '../test/support/service-process.js';
 import { openChangeStream, startReceiver, type Receiver } from './change-receivers.js';
 import { finishBenchDatabase, openBenchDatabase } from './databases.js';
-import { localPostmaster, postgresTicks, processTicks, ticksPerSecond } from './cpu-ticks.js';
+import { addCpu, cpuPerCreate, cpuSeconds, localPostmaster, type CpuSeconds } from './cpu-ticks.js';
 import { percentile } from './statistics.js';
 import { breakdown, projectorBatches } from './step-breakdown.js';
 import { scrape, type Scrape } from '../test/support/metrics.js';
@@ -250,21 +250,13 @@ async function writeAtRate(http: HttpPool, token: string, count: number, label: 
 }
 
 /** CPU seconds so far of the service, its PostgreSQL server (when on this machine) and this process (the receiver, the streams' readers, the clients). */
-function cpuSeconds(target: ServiceProcess): { service: number; postgres: number; bench: number } {
-  const usage = process.cpuUsage();
-  return {
-    service: (processTicks(target.pid)?.own ?? NaN) / ticksPerSecond,
-    postgres: (postgresTicks(postmaster) ?? NaN) / ticksPerSecond,
-    bench: (usage.user + usage.system) / 1e6,
-  };
-}
+const cpuOf = (target: ServiceProcess) => cpuSeconds(target.pid, postmaster);
 
-/** CPU milliseconds per create in each part, from two readings of cpuSeconds. */
-function cpuPerCreate(before: ReturnType<typeof cpuSeconds>, after: ReturnType<typeof cpuSeconds>, made: number): string {
-  const per = (part: keyof typeof before) => (((after[part] - before[part]) * 1000) / made).toFixed(2);
-  // A server on another machine is not counted (NaN).
-  const postgres = Number.isNaN(after.postgres) ? 'PostgreSQL not counted (another machine)' : `PostgreSQL ${per('postgres')}`;
-  return `service ${per('service')}, ${postgres}, bench ${per('bench')} ms CPU per create`;
+/** CPU milliseconds per create in each part, from two readings of cpuOf. */
+function cpuBetween(before: CpuSeconds, after: CpuSeconds, made: number): string {
+  const spent: CpuSeconds = { service: 0, postgres: 0, bench: 0 };
+  addCpu(spent, before, after);
+  return cpuPerCreate(spent, made);
 }
 
 /** Where a create's time went between two scrapes (ms per create by step), and the projector's batches. */
@@ -299,12 +291,12 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
   const without: number[] = [];
   const withListeners: number[] = [];
   for (let round = 0; round < settings.rounds; round++) {
-    const beforeWithout = cpuSeconds(target);
+    const beforeWithout = cpuOf(target);
     const stepsBeforeWithout = await scrape(`${target.url}/metrics`);
     const alone = await createsPerSecond(http, token);
     without.push(alone.rate);
     const stepsWithout = steps(stepsBeforeWithout, await scrape(`${target.url}/metrics`));
-    const cpuWithout = cpuPerCreate(beforeWithout, cpuSeconds(target), alone.made);
+    const cpuWithout = cpuBetween(beforeWithout, cpuOf(target), alone.made);
     const hooks: Created[] = [];
     for (let i = 0; i < webhookCount; i++) {
       hooks.push(
@@ -324,7 +316,7 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
         ),
       ),
     );
-    const beforeWith = cpuSeconds(target);
+    const beforeWith = cpuOf(target);
     const stepsBeforeWith = await scrape(`${target.url}/metrics`);
     const { rate, made } = await createsPerSecond(http, token);
     withListeners.push(rate);
@@ -338,7 +330,7 @@ async function throughput(target: ServiceProcess, http: HttpPool, at: Receiver):
     const behind = () => deliveredThisRound() < made * webhookCount || streamedThisRound() < made * streamCount;
     for (let waited = 0; behind() && waited < 60_000; waited += 100) await sleep(100);
     // Counted until every delivery and streamed change arrived: what the creates cost with them, all told.
-    const cpuWith = cpuPerCreate(beforeWith, cpuSeconds(target), made);
+    const cpuWith = cpuBetween(beforeWith, cpuOf(target), made);
     closing.abort();
     await Promise.all(streams.map((stream) => stream.ended));
     for (const hook of hooks) await call(http, token, 'delete_webhook', { id: hook.id });

@@ -42,7 +42,7 @@ export function machineTicks(): { busy: number; steal: number; total: number } {
  * The postmaster of a server on this machine whose data directory this process can read (a
  * DATABASE_URL server run locally): its CPU is then counted too, as the whole server's.
  */
-export async function localPostmaster(pool: pg.Pool): Promise<number | undefined> {
+export async function localPostmaster(pool: pg.Pool | pg.Client): Promise<number | undefined> {
   try {
     const { rows } = await pool.query<{ data_directory: string }>('SHOW data_directory');
     return Number(readFileSync(path.join(rows[0]!.data_directory, 'postmaster.pid'), 'utf8').split('\n')[0]) || undefined;
@@ -50,4 +50,29 @@ export async function localPostmaster(pool: pg.Pool): Promise<number | undefined
     // Another machine's server, or one whose directory this user may not read: left uncounted.
     return undefined;
   }
+}
+
+/** CPU seconds so far of a service process, a PostgreSQL server (when on this machine) and this process (the load, the receivers). */
+export type CpuSeconds = { service: number; postgres: number; bench: number };
+
+export function cpuSeconds(servicePid: number, postmasterPid: number | undefined): CpuSeconds {
+  const usage = process.cpuUsage();
+  return {
+    service: (processTicks(servicePid)?.own ?? NaN) / ticksPerSecond,
+    postgres: (postgresTicks(postmasterPid) ?? NaN) / ticksPerSecond,
+    bench: (usage.user + usage.system) / 1e6,
+  };
+}
+
+/** The CPU seconds spent between `before` and `after`, summed into `total`. */
+export function addCpu(total: CpuSeconds, before: CpuSeconds, after: CpuSeconds): void {
+  for (const part of ['service', 'postgres', 'bench'] as const) total[part] += after[part] - before[part];
+}
+
+/** CPU milliseconds per create in each part, from the CPU seconds spent on `made` creates. */
+export function cpuPerCreate(spent: CpuSeconds, made: number): string {
+  const per = (part: keyof CpuSeconds) => ((spent[part] * 1000) / made).toFixed(2);
+  // A server on another machine is not counted (NaN).
+  const postgres = Number.isNaN(spent.postgres) ? 'PostgreSQL not counted (another machine)' : `PostgreSQL ${per('postgres')}`;
+  return `service ${per('service')}, ${postgres}, bench ${per('bench')} ms CPU per create`;
 }
