@@ -250,7 +250,9 @@ async function writeAtRate(http: HttpPool, token: string, count: number, label: 
 }
 
 /** CPU seconds so far of the service, its PostgreSQL server (when on this machine) and this process (the receiver, the streams' readers, the clients). */
-const cpuOf = (target: ServiceProcess) => cpuSeconds(target.pid, postmaster);
+function cpuOf(target: ServiceProcess): CpuSeconds {
+  return cpuSeconds(target.pid, postmaster);
+}
 
 /** CPU milliseconds per create in each part, from two readings of cpuOf. */
 function cpuBetween(before: CpuSeconds, after: CpuSeconds, made: number): string {
