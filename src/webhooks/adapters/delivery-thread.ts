@@ -15,7 +15,7 @@ export type DeliveryThreadData = {
   pollMs: number;
   position: GlobalPosition;
 };
-export type ToDeliveryThread = { type: 'progress'; position: GlobalPosition } | { type: 'stop' };
+export type ToDeliveryThread = { type: 'progress'; position: GlobalPosition } | { type: 'sweep' } | { type: 'stop' };
 export type FromDeliveryThread =
   | { type: 'attempt'; outcome: AttemptOutcome | 'retry'; seconds: number }
   | { type: 'delivered'; seconds: number }
@@ -90,9 +90,14 @@ export class DeliveryThread {
     })();
   }
 
-  /** A webhook was created or enabled here: the thread starts now if it had not. */
+  /**
+   * A webhook was created or enabled here: the thread starts now if it had not, and if it had, it
+   * sweeps now, making the deliveries parked while the webhook was disabled due (a thread that
+   * starts sweeps in its first round anyway).
+   */
   webhookEnabled(): void {
     this.lookNow();
+    this.worker?.postMessage({ type: 'sweep' } satisfies ToDeliveryThread);
   }
 
   /** Lets the thread's attempts out finish and be recorded, as the dispatcher's stop does, then ends it. */

@@ -73,6 +73,8 @@ dispatcher.start();
 port.on('message', (message: ToDeliveryThread) => {
   if (message.type === 'progress') {
     progress.moveTo(message.position);
+  } else if (message.type === 'sweep') {
+    dispatcher.sweepSoon();
   } else if (message.type === 'stop') {
     void (async () => {
       // Each step is taken whatever the one before did: what was leased and not recorded is

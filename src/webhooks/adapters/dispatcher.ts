@@ -94,7 +94,8 @@ type Outcome = {
  *   head. A sweep now and then covers a process that died between a write and its promotion.
  * - Disabled webhooks: the sweep parks their pending deliveries (no `next_attempt_at`), so that
  *   leases never read them, and promotion passes them over; enabled again, the next sweep makes
- *   each record's earliest one due.
+ *   each record's earliest one due (at once when the webhook was enabled through this instance:
+ *   {@link WebhookDispatcher.sweepSoon}).
  * - Attempts: due deliveries are leased FOR UPDATE SKIP LOCKED, counting the attempt and holding
  *   it `timeout + 30 s` under a fresh lease id. Leasing goes on while attempts are out, up to {@link attemptsAtOnce}, so
  *   a slow receiver holds back only its own record's next changes. The outcomes that finish
@@ -120,6 +121,8 @@ export class WebhookDispatcher {
   private recording: Promise<void> | undefined;
   /** Ends the loop's idle wait: outcomes were recorded, so more may be due. */
   private wake: () => void = () => undefined;
+  /** Set by {@link sweepSoon}: the loop sweeps once `pollMs` has passed since the last sweep. */
+  private sweepAsked = false;
 
   constructor(
     private readonly pool: Pool,
@@ -134,6 +137,15 @@ export class WebhookDispatcher {
 
   start(): void {
     this.running ??= this.loop();
+  }
+
+  /**
+   * A webhook was enabled again: its parked deliveries are made due by a sweep within `pollMs`,
+   * rather than the periodic one up to `pollMs × roundsPerSweep` later.
+   */
+  sweepSoon(): void {
+    this.sweepAsked = true;
+    this.wake();
   }
 
   /** Stops leasing, lets the attempts out finish and records them (leases left unrecorded run out). */
@@ -174,7 +186,11 @@ export class WebhookDispatcher {
         // The database is away or restarting: the next round tries again; nothing was lost (leases run out).
         this.logger.warn({ err: (error as Error).message }, 'webhook round failed; retrying');
       }
-      if (performance.now() - sweptWhen >= this.pollMs * roundsPerSweep) {
+      // An asked sweep waits for pollMs after the last: a client saving its webhook over and over
+      // asks for one each time, and a sweep reads every waiting delivery.
+      const sinceSwept = performance.now() - sweptWhen;
+      if ((this.sweepAsked && sinceSwept >= this.pollMs) || sinceSwept >= this.pollMs * roundsPerSweep) {
+        this.sweepAsked = false;
         sweptWhen = performance.now();
         // Each step tries again at the next sweep: a disabled webhook's rows are only read by leases
         // a while longer, and a waiting delivery only waits longer.

@@ -93,6 +93,31 @@ describe('webhook delivery', () => {
     return hook;
   }
 
+  /**
+   * Every change of `organization` made a due delivery of `hook` that already had `attempts`, and
+   * the hook enqueued up to the last of them; then the hook disabled, as after days of failures.
+   */
+  async function dueDeliveriesOfDisabledHook(hookId: string, organization: string, attempts: number): Promise<void> {
+    await pool.query(
+      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
+         attempts, next_attempt_at)
+       SELECT $1, commit_position, prepare_position, organization_id, stream_name, type, 'pending', $3, now() - interval '1 minute'
+       FROM changes WHERE organization_id = $2`,
+      [hookId, organization, attempts],
+    );
+    await pool.query(`UPDATE webhooks SET enqueued_commit = $2 WHERE id = $1`, [hookId, commit.toString()]);
+    await store().update(hookId, [organization], { enabled: false });
+  }
+
+  /** Deliveries of `hookId` matching `condition`. */
+  async function deliveriesOf(hookId: string, condition: string): Promise<number> {
+    const { rows } = await pool.query<{ n: string }>(
+      `SELECT count(*)::text AS n FROM webhook_deliveries WHERE webhook_id = $1 AND ${condition}`,
+      [hookId],
+    );
+    return Number(rows[0]!.n);
+  }
+
   async function until(condition: () => Promise<boolean> | boolean, timeoutMs = 15_000): Promise<void> {
     const end = Date.now() + timeoutMs;
     while (!(await condition()) && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 50));
@@ -228,26 +253,10 @@ describe('webhook delivery', () => {
     const hook = await recordsHook('org_disabled');
     // 2,000 records' changes due, as a webhook disabled after days of failures leaves them.
     for (let batch = 0; batch < 20; batch++) await project('org_disabled', 100);
-    await pool.query(
-      `INSERT INTO webhook_deliveries (webhook_id, commit_position, prepare_position, organization_id, stream_name, type, status,
-         attempts, next_attempt_at)
-       SELECT $1, commit_position, prepare_position, organization_id, stream_name, type, 'pending', 5, now() - interval '1 minute'
-       FROM changes WHERE organization_id = 'org_disabled'`,
-      [hook.id],
-    );
-    await pool.query(`UPDATE webhooks SET enqueued_commit = $2 WHERE id = $1`, [hook.id, commit.toString()]);
-    await store().update(hook.id, ['org_disabled'], { enabled: false });
+    await dueDeliveriesOfDisabledHook(hook.id, 'org_disabled', 5);
     const dispatcher = new WebhookDispatcher(pool, idle, settings(), logger, {}, 20);
     dispatcher.start();
-    const scheduled = async () =>
-      Number(
-        (
-          await pool.query<{ n: string }>(
-            `SELECT count(*)::text AS n FROM webhook_deliveries WHERE webhook_id = $1 AND next_attempt_at IS NOT NULL`,
-            [hook.id],
-          )
-        ).rows[0]!.n,
-      );
+    const scheduled = () => deliveriesOf(hook.id, 'next_attempt_at IS NOT NULL');
     await until(async () => (await scheduled()) === 0);
     const { rows } = await pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
       `EXPLAIN (ANALYZE, FORMAT JSON) ${dueDeliveries}`,
@@ -276,6 +285,31 @@ describe('webhook delivery', () => {
     await dispatcher.stop();
     expect(new Set(received.map((delivery) => delivery.id)).size).toBe(2000);
     await store().remove(hook.id, ['org_disabled']);
+  });
+
+  it('given a webhook enabled again through the store that tells the dispatcher, sends its parked deliveries at once, not at the next periodic sweep', async () => {
+    received.length = 0;
+    answer = 200;
+    const hook = await recordsHook('org_reenabled');
+    await project('org_reenabled', 20);
+    await dueDeliveriesOfDisabledHook(hook.id, 'org_reenabled', 1);
+    // Periodic sweeps a minute apart (pollMs × 20): the first, at the start, parks the deliveries.
+    const dispatcher = new WebhookDispatcher(pool, idle, settings(), logger, {}, 3000);
+    dispatcher.start();
+    const parked = () => deliveriesOf(hook.id, "status = 'pending' AND next_attempt_at IS NULL");
+    await until(async () => (await parked()) === 20);
+    expect(await parked()).toBe(20);
+
+    // As the service wires it: the store tells the delivery thread, which tells its dispatcher.
+    await new WebhookStore(
+      pool,
+      () => `wh_${++ids}`,
+      () => dispatcher.sweepSoon(),
+    ).update(hook.id, ['org_reenabled'], { enabled: true });
+    await until(() => received.length === 20, 20_000);
+    await dispatcher.stop();
+    expect(new Set(received.map((delivery) => delivery.id)).size).toBe(20);
+    await store().remove(hook.id, ['org_reenabled']);
   });
 
   it("redelivers a change after its record's earlier change still pending, as a first delivery would be", async () => {
