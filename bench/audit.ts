@@ -129,8 +129,8 @@ try {
     }
   }
   await creates(targets.off);
-  const rate = (loads: Load[]) =>
-    (loads.reduce((sum, load) => sum + load.count, 0) * 1000) / loads.reduce((sum, load) => sum + load.elapsedMs, 0);
+  const made = (loads: Load[]) => loads.reduce((sum, load) => sum + load.count, 0);
+  const rate = (loads: Load[]) => (made(loads) * 1000) / loads.reduce((sum, load) => sum + load.elapsedMs, 0);
   const all = (loads: Load[]) => loads.flatMap((load) => load.latencies);
   const failed = (loads: Load[]) => loads.reduce((sum, load) => sum + load.failures, 0);
   // The baseline really was without: no event with a hash, no leaf.
@@ -150,7 +150,6 @@ try {
     out(`${`p${q} ms`.padEnd(34)}${fixed(a).padStart(14)}${fixed(b).padStart(14)}${`${fixed(a / b)}x`.padStart(9)}`);
   }
   out(`${'non-200 answers'.padEnd(34)}${String(failed(totals.on)).padStart(14)}${String(failed(totals.off)).padStart(14)}`);
-  const made = (loads: Load[]) => loads.reduce((sum, load) => sum + load.count, 0);
   out(`CPU, integrity on:  ${cpuPerCreate(cpu.on, made(totals.on))}`);
   out(`CPU, integrity off: ${cpuPerCreate(cpu.off, made(totals.off))}`);
   out(`baseline check: ${rows[0]!.hashed} events with hashes, ${rows[0]!.leaves} leaves (both must be 0)`);

@@ -315,6 +315,30 @@ describe('webhooks', () => {
     await ok(service, token, 'delete_webhook', { id: created.id });
   });
 
+  it('given a delivery parked while its webhook was disabled, sends it within a few seconds of the webhook being enabled again', async () => {
+    const created = await createHook('/parked', { types: ['WorkspaceCreated'] });
+    receiver.script = ({ path }) => (path === '/parked' ? 'hang' : 200);
+    await ok(service, token, 'create_workspace', { organization_id: org, name: 'Parked' });
+    const deliveries = () => ok(service, token, 'list_webhook_deliveries', { id: created.id, page: 1, size: 10 });
+    await eventually(deliveries, (page) => page.items[0]?.attempts === 1);
+    await ok(service, token, 'update_webhook', { id: created.id, enabled: false });
+    // Parked by the delivery thread's periodic sweep (every 10 s): the row loses its next attempt.
+    const parked = async () =>
+      (
+        await service.runtime.pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM webhook_deliveries WHERE webhook_id = $1 AND status = 'pending' AND next_attempt_at IS NULL`,
+          [created.id],
+        )
+      ).rows[0]!.n;
+    expect(await eventually(parked, (count) => count === 1, 20_000)).toBe(1);
+    receiver.script = () => 200;
+    await ok(service, token, 'update_webhook', { id: created.id, enabled: true });
+    // The next periodic sweep is about 10 s away: enabling asks the thread for one now.
+    const resumed = await eventually(deliveries, (page) => page.items[0]?.status === 'succeeded', 5_000);
+    expect(resumed.items[0]).toMatchObject({ status: 'succeeded', attempts: 2 });
+    await ok(service, token, 'delete_webhook', { id: created.id });
+  });
+
   it.each([
     ['a rotation', 1],
     // The second must not drop the first: every secret replaced within 24 h keeps signing.

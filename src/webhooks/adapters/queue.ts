@@ -77,9 +77,10 @@ export async function promoteWaiting(pool: Pool, records: readonly RecordOfWebho
  * they lose their `next_attempt_at`, so that leases, which read the due index oldest first, never
  * read them again. Enabled again, the webhook's records get their earliest pending delivery made
  * due by promoteWaiting, at the sweep the dispatcher of the instance that enabled it makes within
- * pollMs (WebhookDispatcher.sweepSoon), or else at its next periodic one. The disabled webhooks' rows are locked (shared) first,
- * which checks that they are still disabled and holds off an update enabling one until this
- * commits; the deliveries are locked in key order, as outcomes and deletions lock them. Nothing
+ * pollMs (WebhookDispatcher.sweepSoon), or else at its next periodic one. The disabled webhooks'
+ * rows are locked (shared) first, which checks that they are still disabled and holds off an
+ * update enabling one until this commits; the deliveries are locked in key order, as outcomes and
+ * deletions lock them. Nothing
  * here waits for a lock: a webhook or a delivery locked by another statement, or leased (an
  * attempt out), is left to the next sweep.
  */
