@@ -173,23 +173,30 @@ describe('a switch that cannot lock the live tables at once', () => {
       },
     });
     // Readers of the same table meanwhile: each waits at most for one attempt's lock timeout.
+    // For 1.5 s and until the rebuild tried three times (its first try comes after the copy, which
+    // a loaded machine makes slow), 20 s at most; the holder lets go whatever happens.
     let slowest = 0;
     let reads = 0;
-    const until = performance.now() + 1500;
-    while (performance.now() < until) {
-      const start = performance.now();
-      await stack.pool.query('SELECT count(*) FROM workspaces');
-      slowest = Math.max(slowest, performance.now() - start);
-      reads += 1;
+    try {
+      const until = performance.now() + 1500;
+      const cap = performance.now() + 20_000;
+      while ((performance.now() < until || attempts <= 2) && performance.now() < cap) {
+        const start = performance.now();
+        await stack.pool.query('SELECT count(*) FROM workspaces');
+        slowest = Math.max(slowest, performance.now() - start);
+        reads += 1;
+      }
+      expect(attempts).toBeGreaterThan(2);
+    } finally {
+      await holder.query('COMMIT');
+      holder.release();
     }
-    expect(attempts).toBeGreaterThan(2);
-    await holder.query('COMMIT');
-    holder.release();
     const result = await rebuilding;
 
     expect(result.switchAttempts).toBe(attempts);
     expect(reads).toBeGreaterThan(10);
-    expect(slowest).toBeLessThan(500);
+    // Queued behind a switch without a lock timeout, a read waits until the holder lets go, after this loop: never.
+    expect(slowest).toBeLessThan(1000);
     expect(await stack.differences()).toEqual([]);
   });
 });

@@ -217,7 +217,7 @@ describe('webhook delivery', () => {
 
     // Vacuumed first: a bitmap scan of the due index also counts the dead entries of the head's
     // earlier versions, until vacuum removes them; the lease's steady cost is what is measured.
-    await pool.query('VACUUM webhook_deliveries');
+    await pool.query('VACUUM (INDEX_CLEANUP ON) webhook_deliveries');
     const { rows } = await pool.query<{ 'QUERY PLAN': Array<{ Plan: PlanNode }> }>(
       `EXPLAIN (ANALYZE, FORMAT JSON) ${dueDeliveries}`,
       [128],
@@ -485,7 +485,7 @@ describe('webhook delivery', () => {
     const dispatcher = new WebhookDispatcher(
       pool,
       idle,
-      settings({ disableAfterMs: 1000, retrySchedule: Array(60).fill(50) }),
+      settings({ disableAfterMs: 3000, retrySchedule: Array(200).fill(50) }),
       logger,
       {},
       20,
@@ -535,7 +535,8 @@ describe('webhook delivery', () => {
     await locker.query('SELECT FROM webhooks WHERE id = $1 FOR UPDATE', [hook.id]);
     release();
     const status = async () => (await store().deliveries(hook.id, ['org_four'], { page: 1, size: 1 }, undefined))!.items[0]?.status;
-    await until(async () => (await status()) === 'succeeded', 3000);
+    // Waiting for the row, the outcome would wait for the locker's rollback, after this: never.
+    await until(async () => (await status()) === 'succeeded', 10_000);
     const recorded = await status();
     await locker.query('ROLLBACK');
     locker.release();
@@ -557,7 +558,8 @@ describe('webhook delivery', () => {
     await until(() => received.length === 1 && slowArrived === 1);
     // The slow receiver holds its answer; the fast one gets the next changes meanwhile.
     await project('org_five', 3);
-    await until(() => received.length === 4, 5000);
+    // Under the attempt's 10 s timeout: held behind the slow attempt, the changes would come after it.
+    await until(() => received.length === 4, 8000);
     const whileHeld = received.length;
     release();
     slow = undefined;
