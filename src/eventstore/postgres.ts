@@ -49,9 +49,11 @@ type QueuedAppend = {
  * them the projector and every command waiting for it. An append marks its transaction before its
  * first write (`appendingMark`, migration 14), so a transaction that the statement's snapshot shows
  * running and that pg_stat_activity, read after the snapshot, shows running without the mark can
- * never add events: it is passed over. Any other running transaction of the snapshot bounds the
- * read: a marked one, one that ended between the snapshot and the activity read (its events, if
- * any, are not in this snapshot), a prepared one. Transaction ids in pg_stat_activity are 32-bit:
+ * never add events: it is passed over. So is every transaction of another database of the server,
+ * which cannot write this log (a server shared by several services, or by test files, made each
+ * one's readers wait for the others' appends). Any other running transaction of the snapshot
+ * bounds the read: a marked one, one that ended between the snapshot and the activity read (its
+ * events, if any, are not in this snapshot), a prepared one. Transaction ids in pg_stat_activity are 32-bit:
  * running ones are compared by their low 32 bits, which tell them apart (they lie within 2^31 of
  * each other).
  */
@@ -60,7 +62,8 @@ const visibleLogBound = `(
     (SELECT min(running) FROM pg_snapshot_xip(pg_current_snapshot()) AS running
      WHERE running::text::bigint % 4294967296 NOT IN (
        SELECT backend_xid::text::bigint FROM pg_stat_get_activity(NULL)
-       WHERE backend_xid IS NOT NULL AND application_name NOT LIKE '${appendingMark}%')),
+       WHERE backend_xid IS NOT NULL AND (application_name NOT LIKE '${appendingMark}%'
+         OR datid IS DISTINCT FROM (SELECT oid FROM pg_database WHERE datname = current_database())))),
     pg_snapshot_xmax(pg_current_snapshot())))`;
 
 type EventRow = {
