@@ -49,11 +49,16 @@ type QueuedAppend = {
  * them the projector and every command waiting for it. An append marks its transaction before its
  * first write (`appendingMark`, migration 14), so a transaction that the statement's snapshot shows
  * running and that pg_stat_activity, read after the snapshot, shows running without the mark can
- * never add events: it is passed over. So is every transaction of another database of the server,
- * which cannot write this log (a server shared by several services, or by test files, made each
- * one's readers wait for the others' appends). Any other running transaction of the snapshot
- * bounds the read: a marked one, one that ended between the snapshot and the activity read (its
- * events, if any, are not in this snapshot), a prepared one. Transaction ids in pg_stat_activity are 32-bit:
+ * never add events: it is passed over. So is one whose backend is connected to another database or
+ * to none: a backend never changes database, and only one of this database can write its tables
+ * (a dblink or postgres_fdw write comes from a backend of this database). A server shared by
+ * several services, or by test files, made each one's readers wait for the others' appends. Any
+ * other running transaction of the snapshot bounds the read: a marked one, one that ended between
+ * the snapshot and the activity read (its events, if any, are not in this snapshot), a prepared
+ * one of any database (it has no row in pg_stat_activity). Should the current database's oid not
+ * be found, the comparison is NULL and no marked append is passed over. The activity is read
+ * fresh: each read of the log is one statement, its transaction's first (PostgreSQL keeps what a
+ * transaction read of pg_stat_activity until it ends). Transaction ids in pg_stat_activity are 32-bit:
  * running ones are compared by their low 32 bits, which tell them apart (they lie within 2^31 of
  * each other).
  */
@@ -63,7 +68,7 @@ const visibleLogBound = `(
      WHERE running::text::bigint % 4294967296 NOT IN (
        SELECT backend_xid::text::bigint FROM pg_stat_get_activity(NULL)
        WHERE backend_xid IS NOT NULL AND (application_name NOT LIKE '${appendingMark}%'
-         OR datid IS DISTINCT FROM (SELECT oid FROM pg_database WHERE datname = current_database())))),
+         OR coalesce(datid, 0) <> (SELECT oid FROM pg_catalog.pg_database WHERE datname = current_database())))),
     pg_snapshot_xmax(pg_current_snapshot())))`;
 
 type EventRow = {
