@@ -16,13 +16,20 @@ export type EventHashes = { data_hash: string; previous_hash: string; hash: stri
 /** An event as stored, with where it sits: what the hashes cover. */
 export type StoredForm = StoredEvent & { streamName: string; version: bigint };
 
+/** A string JSON.stringify writes as it is, between quotes: no quote, backslash, control character or surrogate. */
+// eslint-disable-next-line no-control-regex -- the control characters are what JSON escapes, and so what this looks for
+const writtenAsItIs = /^[^"\\\u0000-\u001f\ud800-\udfff]*$/;
+
 /**
  * A string as RFC 8785 writes it, which is as JSON.stringify does, unless it holds a lone
  * surrogate: JSON.stringify escapes one as \ud…, and the library refuses it. Undefined then, and
- * for anything not a string.
+ * for anything not a string. Most strings need no escape: quoted directly, in half the time
+ * JSON.stringify takes (audit:verify writes about ten per event).
  */
 function canonicalString(value: unknown): string | undefined {
-  return typeof value === 'string' && value.isWellFormed() ? JSON.stringify(value) : undefined;
+  if (typeof value !== 'string') return undefined;
+  if (writtenAsItIs.test(value)) return `"${value}"`;
+  return value.isWellFormed() ? JSON.stringify(value) : undefined;
 }
 
 /**

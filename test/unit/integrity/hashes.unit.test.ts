@@ -73,6 +73,15 @@ describe('canonical JSON written out by the service', () => {
     const values: unknown[] = [
       { b: [1, 2.5, -0, 1e21, 1e-7, 'x', null, true, false], a: { '': {}, é: [], '\u0000': '"\\\n', aa: 1, B: 2 } },
       { '😀': 'surrogate pair', '\uffff': 1, '\ud7ff': 2 },
+      {
+        plain: 'Workspace 1',
+        del: '\u007f',
+        separators: '\u2028\u2029',
+        control: 'a\u001fb',
+        quote: 'a"b',
+        backslash: 'a\\b',
+        '\u001f': 'key',
+      },
       [{ toJSON: 1 }, []],
       { lone: '\ud800' },
       { ['\udc00']: 'lone in a key' },
