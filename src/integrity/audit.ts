@@ -1,7 +1,7 @@
 import { comparePositions, type GlobalPosition, type RecordedEvent } from '../eventstore/port.js';
 import { checkpointSignatureValid, type Checkpoint, type PublicJwk } from './checkpoints.js';
 import { hashEvent, isChained, storedHashes, zeroHash, type EventHashes } from './hashes.js';
-import { leafHashAt, leafHashOfBytes, nodeHashAt, rootHash, type NodeLookup } from './merkle.js';
+import { leafHashOfBytes, rootHash, writeLeafHash, writeNodeHash, type NodeLookup } from './merkle.js';
 
 /**
  * What `npm run audit:verify` checks (contract §16), as functions of what it reads: every event's
@@ -257,13 +257,13 @@ function completeSubtrees(leaves: StoredLevel, storedLeaves: StoredLevel | undef
   for (let index = 0; index < leaves.present.length; index++) {
     const odd = leaves.odd.size === 0 ? undefined : leaves.odd.get(index);
     if (odd) leafHashOfBytes(odd).copy(levels[0]!, index * 32);
-    else if (leaves.present[index] === 1) leafHashAt(leaves.hashes, index * 32).copy(levels[0]!, index * 32);
+    else if (leaves.present[index] === 1) writeLeafHash(leaves.hashes, index * 32, levels[0]!, index * 32);
     else if (storedLeaves?.present[index] === 1 && !storedLeaves.odd.has(index))
       storedLeaves.hashes.copy(levels[0]!, index * 32, index * 32, index * 32 + 32);
   }
   for (let level = 1; level < levels.length; level++) {
     const [below, above] = [levels[level - 1]!, levels[level]!];
-    for (let index = 0; index < sizes[level]!; index++) nodeHashAt(below, index * 64).copy(above, index * 32);
+    for (let index = 0; index < sizes[level]!; index++) writeNodeHash(below, index * 64, above, index * 32);
   }
   return levels;
 }

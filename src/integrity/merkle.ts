@@ -40,10 +40,21 @@ function leafHash(eventHashHex: string): Buffer {
 /** The hash of a leaf whose event hash is the bytes given, of whatever length. */
 export const leafHashOfBytes = (eventHash: Uint8Array) => sha256(Buffer.concat([leafInput.subarray(0, 1), eventHash]));
 
-/** The hash of the leaf whose event hash is the 32 bytes at `offset` in `hashes`, copied in one go. */
-export function leafHashAt(hashes: Buffer, offset: number): Buffer {
-  hashes.copy(leafInput, 1, offset, offset + 32);
-  return sha256(leafInput);
+/**
+ * Copies `count` bytes a byte at a time: for the 32 or 64 bytes of a hash or two, about a quarter
+ * of what Buffer#copy costs per call (it crosses into C++), and audit:verify copies two million.
+ */
+export function copyBytes(source: Uint8Array, sourceOffset: number, target: Uint8Array, targetOffset: number, count: number): void {
+  for (let byte = 0; byte < count; byte++) target[targetOffset + byte] = source[sourceOffset + byte]!;
+}
+
+/**
+ * Writes into `target` at `targetOffset` the hash of the leaf whose event hash is the 32 bytes at
+ * `offset` in `hashes`: the digest goes from its 'binary' string straight into place.
+ */
+export function writeLeafHash(hashes: Uint8Array, offset: number, target: Buffer, targetOffset: number): void {
+  copyBytes(hashes, offset, leafInput, 1, 32);
+  target.write(digest('sha256', leafInput, 'binary'), targetOffset, 32, 'latin1');
 }
 
 /** The hash of an inner node: SHA-256(0x01 ‖ left ‖ right). */
@@ -54,10 +65,10 @@ function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
   return sha256(nodeInput);
 }
 
-/** The hash of the inner node over the two 32-byte hashes at `offset` in `hashes`, copied in one go. */
-export function nodeHashAt(hashes: Buffer, offset: number): Buffer {
-  hashes.copy(nodeInput, 1, offset, offset + 64);
-  return sha256(nodeInput);
+/** Writes into `target` at `targetOffset` the hash of the inner node over the two 32-byte hashes at `offset` in `hashes`. */
+export function writeNodeHash(hashes: Uint8Array, offset: number, target: Buffer, targetOffset: number): void {
+  copyBytes(hashes, offset, nodeInput, 1, 64);
+  target.write(digest('sha256', nodeInput, 'binary'), targetOffset, 32, 'latin1');
 }
 
 /** The root of the empty tree: SHA-256 of nothing. */

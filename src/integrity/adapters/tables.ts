@@ -6,7 +6,7 @@ import { lockKeys } from '../../infra/lock-keys.js';
 import type { Pool, PoolClient } from '../../infra/postgres.js';
 import type { Checkpoint, PublicJwk } from '../checkpoints.js';
 import { emptyLevel, levelSizes, storeNode, type StoredLeaf, type StoredLevel } from '../audit.js';
-import type { MerkleNode, NodeKey } from '../merkle.js';
+import { copyBytes, type MerkleNode, type NodeKey } from '../merkle.js';
 import type { PlacedLeaf, StreamHead } from '../tree.js';
 
 /** The integrity tables (migration 0010) as the tree, the proofs and `audit:verify` read and write them. */
@@ -390,7 +390,7 @@ export async function readStoredLevels(client: pg.ClientBase, organizationId: st
     const length = buffer.readInt32BE(at + 18);
     if (!level || length < 0) return;
     if (length === 32 && index >= 0 && index < level.present.length) {
-      buffer.copy(level.hashes, index * 32, at + 22, at + 54);
+      copyBytes(buffer, at + 22, level.hashes, index * 32, 32);
       level.present[index] = 1;
     } else storeNode(level, index, Buffer.from(buffer.subarray(at + 22, at + 22 + length)));
   });
