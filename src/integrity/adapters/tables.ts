@@ -291,12 +291,11 @@ export async function readLeafHashes(client: pg.ClientBase, organizationId: stri
   await visitCopyRows(copy, 2, (buffer, at) => {
     const index = signed64(buffer, at + 4);
     const length = buffer.readInt32BE(at + 12);
-    const text = buffer.toString('utf8', at + 16, at + 16 + Math.max(0, length));
     if (index < 0 || index >= hashes.present.length) return;
-    if (length === 64 && hashes.hashes.write(text, index * 32, 'hex') === 32) hashes.present[index] = 1;
+    if (length === 64 && hexDigestInto(buffer, at + 16, hashes.hashes, index * 32)) hashes.present[index] = 1;
     else {
       hashes.hashes.fill(0, index * 32, index * 32 + 32);
-      storeNode(hashes, index, Buffer.from(text, 'hex'));
+      storeNode(hashes, index, Buffer.from(buffer.toString('utf8', at + 16, at + 16 + Math.max(0, length)), 'hex'));
     }
   });
   const { rows } = await client.query<{ leaf_index: string; count: string }>(
@@ -395,6 +394,27 @@ export async function readStoredLevels(client: pg.ClientBase, organizationId: st
     } else storeNode(level, index, Buffer.from(buffer.subarray(at + 22, at + 22 + length)));
   });
   return levels;
+}
+
+/** Each byte's value as a hex digit (either case, as Buffer's 'hex' reads them), -1 for any other byte. */
+const hexDigitValues = Int8Array.from({ length: 256 }, (_, byte) => {
+  const digit = String.fromCharCode(byte);
+  return /^[0-9a-fA-F]$/.test(digit) ? parseInt(digit, 16) : -1;
+});
+
+/**
+ * Decodes the 64 hex digits at `offset` in `source` into the 32 bytes at `targetOffset` in
+ * `target`; false, with the bytes written so far left, if any is not a hex digit. From the COPY's
+ * bytes, with no string made per leaf: audit:verify reads a million leaves.
+ */
+function hexDigestInto(source: Buffer, offset: number, target: Buffer, targetOffset: number): boolean {
+  for (let byte = 0; byte < 32; byte++) {
+    const high = hexDigitValues[source[offset + 2 * byte]!]!;
+    const low = hexDigitValues[source[offset + 2 * byte + 1]!]!;
+    if (high < 0 || low < 0) return false;
+    target[targetOffset + byte] = (high << 4) | low;
+  }
+  return true;
 }
 
 /** A 64-bit integer of a binary COPY, as a Number: leaf and node indexes are far below 2^53. */
