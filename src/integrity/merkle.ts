@@ -23,6 +23,10 @@ export type NodeLookup = (level: number, index: number) => Buffer;
  */
 const sha256 = (bytes: Uint8Array) => Buffer.from(digest('sha256', bytes, 'binary'), 'binary');
 
+/** SHA-256 written into `target` at `offset`, from the same 'binary' string, with no Buffer of its own. */
+const sha256Into = (bytes: Uint8Array, target: Buffer, offset: number) =>
+  target.write(digest('sha256', bytes, 'binary'), offset, 32, 'latin1');
+
 /**
  * Where a leaf's and a node's input is put together. Each is hashed at once, in one call (no Hash
  * object per node: audit:verify hashes two million nodes for a million events), so one buffer of
@@ -50,11 +54,11 @@ export function copyBytes(source: Uint8Array, sourceOffset: number, target: Uint
 
 /**
  * Writes into `target` at `targetOffset` the hash of the leaf whose event hash is the 32 bytes at
- * `offset` in `hashes`: the digest goes from its 'binary' string straight into place.
+ * `offset` in `hashes`.
  */
 export function writeLeafHash(hashes: Uint8Array, offset: number, target: Buffer, targetOffset: number): void {
   copyBytes(hashes, offset, leafInput, 1, 32);
-  target.write(digest('sha256', leafInput, 'binary'), targetOffset, 32, 'latin1');
+  sha256Into(leafInput, target, targetOffset);
 }
 
 /** The hash of an inner node: SHA-256(0x01 ‖ left ‖ right). */
@@ -68,7 +72,7 @@ function nodeHash(left: Uint8Array, right: Uint8Array): Buffer {
 /** Writes into `target` at `targetOffset` the hash of the inner node over the two 32-byte hashes at `offset` in `hashes`. */
 export function writeNodeHash(hashes: Uint8Array, offset: number, target: Buffer, targetOffset: number): void {
   copyBytes(hashes, offset, nodeInput, 1, 64);
-  target.write(digest('sha256', nodeInput, 'binary'), targetOffset, 32, 'latin1');
+  sha256Into(nodeInput, target, targetOffset);
 }
 
 /** The root of the empty tree: SHA-256 of nothing. */
