@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { ErrorCode } from '../errors.js';
+import { scopes } from './auth.js';
 import { statusOf } from './errors.js';
 import { operations, scopesOf } from './operations.js';
 import {
@@ -365,7 +366,7 @@ export function openApiDocument(version: string) {
           bearerFormat: 'JWT',
           description:
             'A JWT with `sub` (the caller, recorded as the actor), `orgs` (the organizations it may access), `scope` ' +
-            '(space-separated: workspaces:read workspaces:write solutions:read solutions:write) and `exp`. ' +
+            `(space-separated: ${scopes.join(' ')}) and \`exp\`. ` +
             'Each operation lists the scope it needs.',
         },
       },

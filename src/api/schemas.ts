@@ -50,15 +50,18 @@ const jsonPointer = z
     examples: ['/attributes'],
   });
 
-/** `from` and optional `to` (contract §17), instants as `as_of` takes them; `to` may not be earlier than `from`. */
+/**
+ * `from` and optional `to` (contract §17), instants as `as_of` takes them: any two, so `to` may be
+ * the earlier (the diff then goes back in time).
+ */
 const instantRange = <Id extends z.ZodType>(id: Id) =>
-  z
-    .strictObject({
-      id,
-      from: instant,
-      to: instant.optional().meta({ description: 'Any RFC 3339 instant, not earlier than `from`. Omitted: now.' }),
-    })
-    .refine(({ from, to }) => to === undefined || to >= from, { path: ['to'], message: 'must not be earlier than from' });
+  z.strictObject({
+    id,
+    from: instant,
+    to: instant.optional().meta({
+      description: 'Any RFC 3339 instant; earlier than `from`, the patch goes back in time and `changes` is empty. Omitted: now.',
+    }),
+  });
 
 /** A change feed cursor (contract §14): opaque, as `list_changes` gave it. */
 const cursor = z

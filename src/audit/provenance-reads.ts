@@ -207,26 +207,26 @@ async function diffOf<State, Event extends WorkspaceEvent | SolutionEvent, Recor
   to: Timestamp | undefined,
 ) {
   const streamName = source.streamName(id);
-  // The record's state at `from` and where in the stream it stands: the provenance state's fields are not needed.
-  const atFrom = await provenanceAt(store, snapshots, source, id, from);
-  const atTo = await foldOn(store, streamName, source.fold.evolve, atFrom.state.state, atFrom.version, to);
-  const [before = null, after = null] = await recordsAt(
-    store,
-    snapshots,
-    source,
-    organizations,
-    [atFrom.state.state, atTo.state],
-    [from, to],
-  );
+  // Read forwards from the earlier instant to the later; a `to` before `from` diffs back in time.
+  const backwards = to !== undefined && to < from;
+  const [earlier, later] = backwards ? [to, from] : [from, to];
+  // The record's state at the earlier instant and where in the stream it stands: the provenance state's fields are not needed.
+  const atEarlier = await provenanceAt(store, snapshots, source, id, earlier);
+  const atLater = await foldOn(store, streamName, source.fold.evolve, atEarlier.state.state, atEarlier.version, later);
+  const [atFrom, atTo] = backwards ? [atLater.state, atEarlier.state.state] : [atEarlier.state.state, atLater.state];
+  const [before = null, after = null] = await recordsAt(store, snapshots, source, organizations, [atFrom, atTo], [from, to]);
   if (before === null && after === null) throw notFound(source.kind);
-  const hashes = await hashesOf(store, streamName, atTo.events);
-  const changes = atTo.events.map((logged, index) => historyItem(logged.event, Number(logged.version), hashes[index]!));
+  // The changes are those with `from` < occurred_at ≤ `to`: none when `to` is the earlier.
+  const between = backwards ? [] : atLater.events;
+  const hashes = await hashesOf(store, streamName, between);
+  const changes = between.map((logged, index) => historyItem(logged.event, Number(logged.version), hashes[index]!));
   return { from: before, to: after, patch: recordPatch(before, after), changes };
 }
 
 /**
  * The record at `from` and at `to` (now when undefined), the patch between them and the events in
- * between (`from` < occurred_at ≤ `to`); 404 if it existed at neither instant. `to` is not before `from`.
+ * between (`from` < occurred_at ≤ `to`: none when `to` is before `from`); 404 if it existed at
+ * neither instant.
  */
 export const recordDiff = <K extends RecordKind>(
   store: EventStore,

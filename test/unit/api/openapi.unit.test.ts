@@ -6,6 +6,7 @@ import openapiTS, { astToString } from 'openapi-typescript';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { openApiDocument } from '../../../src/api/openapi.js';
+import { scopes } from '../../../src/api/auth.js';
 import { operations, scopesOf } from '../../../src/api/operations.js';
 import { operationKinds } from '../../../src/client/index.js';
 
@@ -41,6 +42,12 @@ describe('the OpenAPI document', () => {
         .map((name) => `/api#${name}`)
         .sort(),
     );
+  });
+
+  it('names every scope a token may carry in its description of the bearer token', () => {
+    const description = (document.components as { securitySchemes: { bearerAuth: { description: string } } }).securitySchemes.bearerAuth
+      .description;
+    for (const scope of scopes) expect(description).toContain(scope);
   });
 
   it('lists 404 for operations naming a record and for commands, 409 and 422 for commands only', () => {
