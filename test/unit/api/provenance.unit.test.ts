@@ -149,6 +149,18 @@ describe('provenance and diffs through the app', () => {
     expect(await refusal('diff_workspace', params)).toEqual({ status: 400, code: 'validation_error', paths: [path] });
   });
 
+  it("diffs a solution back in time across its workspace's deletion: absent at the later instant, whole at the earlier", async () => {
+    const workspace = await data('create_workspace', { organization_id: 'org_unit', name: 'Parent' });
+    const solution = await data('create_solution', { workspace_id: workspace.id, name: 'Child' });
+    await data('delete_workspace', { id: workspace.id });
+    // A solution counts as existing only while its workspace does (contract §12), whichever events the cascade appended.
+    const forward = await data('diff_solution', { id: solution.id, from: solution.created_at });
+    expect([forward.from, forward.to]).toEqual([solution, null]);
+    const deletedAt = (await data('diff_workspace', { id: workspace.id, from: workspace.created_at })).changes.at(-1).occurred_at;
+    const back = await data('diff_solution', { id: solution.id, from: deletedAt, to: solution.created_at });
+    expect(back).toEqual({ from: null, to: solution, patch: [{ op: 'add', path: '', value: solution }], changes: [] });
+  });
+
   it('takes from and to in any offset, and equal instants give an empty patch', async () => {
     const { id, created_at } = await data('create_workspace', { organization_id: 'org_unit', name: 'Offsets' });
     const diff = await data('diff_workspace', { id, from: created_at, to: created_at.replace('Z', '+00:00') });
