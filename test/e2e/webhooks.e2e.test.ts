@@ -246,11 +246,21 @@ describe('webhooks', () => {
     // A webhook unknown, or another organization's: the webhook is what is not found.
     await refused(token, { id: 'wh_unknown', change_id: afterCreated!.id }, 'webhook not found');
     await refused(await service.token(['org_hooks_other']), { id: created.id, change_id: afterCreated!.id }, 'webhook not found');
-    expect(await ok(service, token, 'redeliver_webhook_change', { id: created.id, change_id: afterCreated!.id })).toMatchObject({
+    // Keyed (contract §2): a retry with the same key answers the kept delivery, and sends nothing again.
+    const keyed = () =>
+      rawPost(service, JSON.stringify({ query: 'redeliver_webhook_change', params: { id: created.id, change_id: afterCreated!.id } }), {
+        ...jsonHeaders(token),
+        'idempotency-key': 'redeliver-after-created',
+      });
+    const redelivered = await keyed();
+    expect(redelivered.status).toBe(200);
+    expect(redelivered.body.data).toMatchObject({
       change_id: afterCreated!.id,
       status: 'pending',
       attempts: 0,
     });
+    const replayed = await keyed();
+    expect([replayed.status, replayed.headers.get('idempotent-replayed'), replayed.body]).toEqual([200, 'true', redelivered.body]);
     await eventually(
       () => receiver.deliveries('/due'),
       (list) => list.length >= 2,
