@@ -1,12 +1,14 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestService, type TestService } from '../support/service.js';
-import { allScopes } from './helpers.js';
+import { fencedBlocks, type Block } from '../support/markdown.js';
+import { callApi, startTestService, type TestService } from '../support/service.js';
+import { allScopes, expectOk, sleep } from './helpers.js';
 
 /**
  * The shell examples of the README and of the API reference, run as a new user pastes them: every
@@ -22,26 +24,7 @@ const documents = ['README.md', 'docs/api.md'];
 /** The address the examples are written for, as `npm start` prints it. */
 const documentedAddress = 'http://127.0.0.1:8080';
 
-type Block = { info: string; line: number; endLine: number; text: string };
 type Example = { line: number; commands: string; answer?: Block };
-
-/** The fenced blocks of a Markdown text, with the 1-based lines of their opening and closing fences. */
-function fencedBlocks(markdown: string): Block[] {
-  const blocks: Block[] = [];
-  let open: { info: string; line: number; body: string[] } | undefined;
-  for (const [index, text] of markdown.split('\n').entries()) {
-    const fence = /^```(.*)$/.exec(text);
-    if (open === undefined) {
-      if (fence) open = { info: fence[1]!.trim(), line: index + 1, body: [] };
-    } else if (fence && fence[1]!.trim() === '') {
-      blocks.push({ info: open.info, line: open.line, endLine: index + 1, text: open.body.join('\n') });
-      open = undefined;
-    } else {
-      open.body.push(text);
-    }
-  }
-  return blocks;
-}
 
 function examplesIn(markdown: string): Example[] {
   const lines = markdown.split('\n');
@@ -117,11 +100,12 @@ const examplesPath = curlInstalled ? process.env.PATH : `${curlStandIn}${path.de
  * play no part. Its stdin is not a socket, or bash would read ~/.bashrc as if started by rshd.
  */
 function bash(script: string, token: string): Promise<Run> {
-  const child = spawn('bash', ['-c', script], {
-    env: { PATH: examplesPath, TOKEN: token },
-    stdio: ['ignore', 'pipe', 'pipe'],
-    timeout: 50_000,
-  });
+  return runProcess('bash', ['-c', script], { PATH: examplesPath, TOKEN: token });
+}
+
+/** Runs a program to its end with only `env` for environment, and what it printed. */
+function runProcess(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
+  const child = spawn(command, args, { env, stdio: ['ignore', 'pipe', 'pipe'], timeout: 50_000 });
   let stdout = '';
   let stderr = '';
   child.stdout.setEncoding('utf8').on('data', (chunk: string) => (stdout += chunk));
@@ -238,5 +222,70 @@ describe("the README's webhook receiver", () => {
     } finally {
       child.kill();
     }
+  });
+});
+
+/**
+ * The README's TypeScript examples (the typed client, proving the history), run as a user's script
+ * by Node with tsx against a real service: the package's import pointed at the client's source
+ * (test/int/client-package.int.test.ts type-checks them against the built package), the address
+ * at the service, and the record the auditor proves at one made here.
+ */
+describe("the README's TypeScript examples", () => {
+  const examples = fencedBlocks(readFileSync('README.md', 'utf8')).filter((block) => block.info === 'ts');
+  const example = (imports: string) => examples.find((block) => block.text.includes(imports));
+  const clientSource = pathToFileURL(path.resolve('src/client/index.ts')).href;
+  let service: TestService;
+  let token: string;
+  let directory: string;
+  beforeAll(async () => {
+    // Checkpoints signed often, so that one soon covers the record proved.
+    service = await startTestService({ env: { AUDIT_CHECKPOINT_INTERVAL_MS: '100' } });
+    token = await service.token(['org_dev'], allScopes, 'dev-user');
+    directory = mkdtempSync(path.join(tmpdir(), 'readme-examples-'));
+  });
+  afterAll(async () => {
+    await service?.close();
+    rmSync(directory, { recursive: true, force: true });
+  });
+
+  /** Runs `block` as a module of its own, with `replacements` made, and only PATH and TOKEN in its environment. */
+  function run(block: Block, replacements: [documented: string, actual: string][]): Promise<Run> {
+    const file = path.join(directory, `example-${block.line}.mts`);
+    const all: [string, string][] = [
+      ["'workspace-solution-api/client'", `'${clientSource}'`],
+      [documentedAddress, service.url],
+      ...replacements,
+    ];
+    const text = all.reduce((script, [documented, actual]) => script.replaceAll(documented, actual), block.text);
+    writeFileSync(file, text);
+    return runProcess(process.execPath, ['--import', 'tsx', file], { PATH: process.env.PATH, TOKEN: token });
+  }
+
+  it('the typed client creates, lists and reports a missing record as the comments say', async () => {
+    const block = example('ApiError, createClient');
+    expect(block, 'the typed client example').toBeDefined();
+    const outcome = await run(block!, []);
+    expect({ code: outcome.code, stderr: outcome.stderr }).toEqual({ code: 0, stderr: '' });
+    expect(outcome.stdout).toMatch(/^Forecasting 0\nnot_found [0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n$/);
+  });
+
+  it("an auditor verifies a record and the log's consistency from a kept checkpoint, as the comments say", async () => {
+    const block = example('verifyRecord');
+    const documentedId = /'(ws_[A-Za-z0-9_-]{21})'/.exec(block?.text ?? '')?.[1];
+    expect(documentedId, 'the proving example, and the workspace id it proves').toBeDefined();
+    const workspace = expectOk(await callApi(service, token, 'create_workspace', { organization_id: 'org_dev', name: 'Audited' }));
+    expectOk(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'Audited again' }));
+    // The example proves against the latest checkpoint: wait for one that covers both events.
+    for (let attempt = 0; ; attempt++) {
+      // 404 until the organization's first checkpoint is signed.
+      const proof = await callApi(service, token, 'get_workspace_proof', { id: workspace.id });
+      if (proof.status === 200 && proof.body.data.events.length === 2) break;
+      expect(attempt, 'a checkpoint covering the record').toBeLessThan(400);
+      await sleep(50);
+    }
+    const outcome = await run(block!, [[documentedId!, workspace.id]]);
+    expect({ code: outcome.code, stderr: outcome.stderr }).toEqual({ code: 0, stderr: '' });
+    expect(outcome.stdout).toBe('{ valid: true, problems: [] }\n{ valid: true, problems: [] }\n');
   });
 });

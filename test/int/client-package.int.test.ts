@@ -5,6 +5,7 @@ import path from 'node:path';
 import ts from 'typescript';
 import { operationKinds } from '../../src/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { fencedBlocks } from '../support/markdown.js';
 
 /**
  * The client as another project gets it: the build (`npm run build`), imported by the package's
@@ -33,14 +34,39 @@ describe('the typed client as a package', () => {
     mkdirSync(path.join(consumer, 'node_modules'), { recursive: true });
     symlinkSync(installed, path.join(consumer, 'node_modules/workspace-solution-api'));
     writeFileSync(path.join(consumer, 'package.json'), JSON.stringify({ type: 'module' }));
+    for (const [file, text] of consumerFiles) writeFileSync(path.join(consumer, file), text);
   }, 120_000);
   afterAll(() => rmSync(directory, { recursive: true, force: true }));
 
-  it('type-checks a consumer against the built declarations', () => {
-    const file = path.join(consumer, 'check.ts');
-    writeFileSync(
-      file,
-      `import { createClient, ApiError, type Result } from 'workspace-solution-api/client';
+  /**
+   * The messages of TypeScript's strict check of each file, as a consumer with Node's types
+   * compiles them: one program for all the files written, made at the first question (a program
+   * takes seconds to make).
+   */
+  const consumerFiles = new Map<string, string>();
+  let diagnostics: readonly ts.Diagnostic[] | undefined;
+  const typeErrors = (name: string) => {
+    diagnostics ??= ts.getPreEmitDiagnostics(
+      ts.createProgram(
+        [...consumerFiles.keys()].map((file) => path.join(consumer, file)),
+        {
+          strict: true,
+          noEmit: true,
+          module: ts.ModuleKind.NodeNext,
+          moduleResolution: ts.ModuleResolutionKind.NodeNext,
+          target: ts.ScriptTarget.ES2022,
+          types: ['node'],
+          typeRoots: [path.join(root, 'node_modules/@types')],
+        },
+      ),
+    );
+    return diagnostics
+      .filter((diagnostic) => diagnostic.file === undefined || path.basename(diagnostic.file.fileName) === name)
+      .map((diagnostic) => ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
+  };
+  consumerFiles.set(
+    'check.ts',
+    `import { createClient, ApiError, type Result } from 'workspace-solution-api/client';
 const api = createClient({ baseUrl: 'http://localhost:3000', token: 'token' });
 export const workspace: Promise<Result<'get_workspace'>> = api.getWorkspace({ id: 'ws_1' });
 export const created = api.createSolution({ workspace_id: 'ws_1', name: 'S' }).then((solution) => solution.documentation.blocks);
@@ -48,20 +74,21 @@ export const created = api.createSolution({ workspace_id: 'ws_1', name: 'S' }).t
 export const missing = api.updateWorkspace({ id: 'ws_1' });
 export const code = (error: ApiError): string => error.code;
 `,
-    );
-    const program = ts.createProgram([file], {
-      strict: true,
-      noEmit: true,
-      module: ts.ModuleKind.NodeNext,
-      moduleResolution: ts.ModuleResolutionKind.NodeNext,
-      target: ts.ScriptTarget.ES2022,
-      types: [],
-    });
-    const diagnostics = ts
-      .getPreEmitDiagnostics(program)
-      .map((diagnostic) => ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n'));
-    expect(diagnostics).toEqual([]);
+  );
+  // test/e2e/docs-examples.e2e.test.ts runs them against a service.
+  const readmeExamples = fencedBlocks(readFileSync(path.join(root, 'README.md'), 'utf8')).filter((block) => block.info === 'ts');
+  for (const example of readmeExamples) consumerFiles.set(`readme-${example.line}.ts`, example.text);
+
+  it('type-checks a consumer against the built declarations', () => {
+    expect(typeErrors('check.ts')).toEqual([]);
   });
+
+  it.each(readmeExamples.map((example) => [example.line]))(
+    "type-checks the README's TypeScript example at line %i, a module of a consumer's, against the built declarations",
+    (line) => {
+      expect(typeErrors(`readme-${line}.ts`)).toEqual([]);
+    },
+  );
 
   it('runs in plain Node, importing nothing of the server', () => {
     const script = path.join(consumer, 'run.mjs');
