@@ -457,6 +457,7 @@ export class ProjectionRunner {
         ticking = false;
       }
     };
+    // A renewal that fails here fails again after the bulk load, where it ends the session (above).
     const renewing = setInterval(() => void tick().catch(() => undefined), this.options.renewEveryMs ?? 500);
     try {
       const result = await rebuildReadModel({
