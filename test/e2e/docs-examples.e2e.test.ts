@@ -243,20 +243,23 @@ describe("the README's TypeScript examples", () => {
     service = await startTestService({ env: { AUDIT_CHECKPOINT_INTERVAL_MS: '100' } });
     token = await service.token(['org_dev'], allScopes, 'dev-user');
     directory = mkdtempSync(path.join(tmpdir(), 'readme-examples-'));
+    // The examples are ES modules (top-level await), in a project of that type, as the README says.
+    writeFileSync(path.join(directory, 'package.json'), JSON.stringify({ type: 'module' }));
   });
   afterAll(async () => {
     await service?.close();
     rmSync(directory, { recursive: true, force: true });
   });
 
-  /** Runs `block` as a module of its own, with `replacements` made, and only PATH and TOKEN in its environment. */
+  /** Runs `block` as a module of its own, with `replacements` made (each must be there), and only PATH and TOKEN in its environment. */
   function run(block: Block, replacements: [documented: string, actual: string][]): Promise<Run> {
-    const file = path.join(directory, `example-${block.line}.mts`);
+    const file = path.join(directory, `example-${block.line}.ts`);
     const all: [string, string][] = [
       ["'workspace-solution-api/client'", `'${clientSource}'`],
       [documentedAddress, service.url],
       ...replacements,
     ];
+    for (const [documented] of all) expect(block.text, `the example at README.md:${block.line}`).toContain(documented);
     const text = all.reduce((script, [documented, actual]) => script.replaceAll(documented, actual), block.text);
     writeFileSync(file, text);
     return runProcess(process.execPath, ['--import', 'tsx', file], { PATH: process.env.PATH, TOKEN: token });
@@ -274,17 +277,31 @@ describe("the README's TypeScript examples", () => {
     const block = example('verifyRecord');
     const documentedId = /'(ws_[A-Za-z0-9_-]{21})'/.exec(block?.text ?? '')?.[1];
     expect(documentedId, 'the proving example, and the workspace id it proves').toBeDefined();
+    /** The organization's latest checkpoint once `holds` of it and of the workspace's proof against it. */
+    const checkpointWhere = async (id: string, holds: (size: number, events: number) => boolean) => {
+      for (let attempt = 0; ; attempt++) {
+        // 404 until the organization's first checkpoint is signed.
+        const checkpoint = await callApi(service, token, 'get_checkpoint', { organization_id: 'org_dev' });
+        if (checkpoint.status === 200) {
+          const proof = expectOk(await callApi(service, token, 'get_workspace_proof', { id, size: checkpoint.body.data.size }));
+          if (holds(checkpoint.body.data.size, proof.events.length)) return checkpoint.body.data as { size: number };
+        }
+        expect(attempt, 'the checkpoint waited for').toBeLessThan(400);
+        await sleep(50);
+      }
+    };
     const workspace = expectOk(await callApi(service, token, 'create_workspace', { organization_id: 'org_dev', name: 'Audited' }));
     expectOk(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'Audited again' }));
-    // The example proves against the latest checkpoint: wait for one that covers both events.
-    for (let attempt = 0; ; attempt++) {
-      // 404 until the organization's first checkpoint is signed.
-      const proof = await callApi(service, token, 'get_workspace_proof', { id: workspace.id });
-      if (proof.status === 200 && proof.body.data.events.length === 2) break;
-      expect(attempt, 'a checkpoint covering the record').toBeLessThan(400);
-      await sleep(50);
-    }
-    const outcome = await run(block!, [[documentedId!, workspace.id]]);
+    // The checkpoint "kept last month": one that covers both events; then the log grows past it,
+    // so that the consistency proof the example asks for spans two different trees.
+    const kept = await checkpointWhere(workspace.id, (_, events) => events === 2);
+    expectOk(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'Audited once more' }));
+    await checkpointWhere(workspace.id, (size) => size > kept.size);
+    const keptInExample = "await api.getCheckpoint({ organization_id: 'org_dev' }); // the checkpoint you kept last month";
+    const outcome = await run(block!, [
+      [documentedId!, workspace.id],
+      [keptInExample, `${JSON.stringify(kept)}; // the checkpoint kept`],
+    ]);
     expect({ code: outcome.code, stderr: outcome.stderr }).toEqual({ code: 0, stderr: '' });
     expect(outcome.stdout).toBe('{ valid: true, problems: [] }\n{ valid: true, problems: [] }\n');
   });
