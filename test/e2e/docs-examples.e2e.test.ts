@@ -8,7 +8,8 @@ import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fencedBlocks, type Block } from '../support/markdown.js';
 import { callApi, startTestService, type TestService } from '../support/service.js';
-import { allScopes, expectOk, sleep } from './helpers.js';
+import type { Result } from '../../src/client/index.js';
+import { allScopes, checkpointCovering, expectOk, sleep } from './helpers.js';
 
 /**
  * The shell examples of the README and of the API reference, run as a new user pastes them: every
@@ -277,26 +278,22 @@ describe("the README's TypeScript examples", () => {
     const block = example('verifyRecord');
     const documentedId = /'(ws_[A-Za-z0-9_-]{21})'/.exec(block?.text ?? '')?.[1];
     expect(documentedId, 'the proving example, and the workspace id it proves').toBeDefined();
-    /** The organization's latest checkpoint once `holds` of it and of the workspace's proof against it. */
-    const checkpointWhere = async (id: string, holds: (size: number, events: number) => boolean) => {
-      for (let attempt = 0; ; attempt++) {
-        // 404 until the organization's first checkpoint is signed.
-        const checkpoint = await callApi(service, token, 'get_checkpoint', { organization_id: 'org_dev' });
-        if (checkpoint.status === 200) {
-          const proof = expectOk(await callApi(service, token, 'get_workspace_proof', { id, size: checkpoint.body.data.size }));
-          if (holds(checkpoint.body.data.size, proof.events.length)) return checkpoint.body.data as { size: number };
-        }
-        expect(attempt, 'the checkpoint waited for').toBeLessThan(400);
-        await sleep(50);
-      }
-    };
     const workspace = expectOk(await callApi(service, token, 'create_workspace', { organization_id: 'org_dev', name: 'Audited' }));
     expectOk(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'Audited again' }));
-    // The checkpoint "kept last month": one that covers both events; then the log grows past it,
-    // so that the consistency proof the example asks for spans two different trees.
-    const kept = await checkpointWhere(workspace.id, (_, events) => events === 2);
+    // The checkpoint "kept last month": the first to cover both events, as a proof against the
+    // latest gives it (404 until the organization's first checkpoint is signed). Then the log grows
+    // past it, so that the consistency proof the example asks for spans two different trees.
+    let kept: Result<'get_checkpoint'> | undefined;
+    for (let attempt = 0; kept === undefined; attempt++) {
+      const proof = await callApi(service, token, 'get_workspace_proof', { id: workspace.id });
+      if (proof.status === 200 && proof.body.data.events.length === 2) kept = proof.body.data.checkpoint;
+      else {
+        expect(attempt, 'a checkpoint covering the record').toBeLessThan(400);
+        await sleep(50);
+      }
+    }
     expectOk(await callApi(service, token, 'update_workspace', { id: workspace.id, name: 'Audited once more' }));
-    await checkpointWhere(workspace.id, (size) => size > kept.size);
+    await checkpointCovering(service, token, 'org_dev', kept.size + 1);
     const keptInExample = "await api.getCheckpoint({ organization_id: 'org_dev' }); // the checkpoint you kept last month";
     const outcome = await run(block!, [
       [documentedId!, workspace.id],
