@@ -122,26 +122,6 @@ export async function ok<O extends OperationName>(
   return clientFor(service, token).call(query, params);
 }
 
-export const workspaceKeys = ['attributes', 'created_at', 'description', 'id', 'name', 'organization_id', 'updated_at'];
-export const solutionKeys = [...workspaceKeys, 'documentation', 'workspace_id'].sort();
-
-export function expectWorkspaceShape(workspace: any): void {
-  expect(Object.keys(workspace).sort()).toEqual(workspaceKeys);
-  expect(workspace.id).toMatch(/^ws_[A-Za-z0-9_-]{1,64}$/);
-  expect(workspace.organization_id).toMatch(/^org_/);
-  expect(workspace.created_at).toMatch(timestampPattern);
-  expect(workspace.updated_at).toMatch(timestampPattern);
-}
-
-export function expectSolutionShape(solution: any): void {
-  expect(Object.keys(solution).sort()).toEqual(solutionKeys);
-  expect(solution.id).toMatch(/^sol_[A-Za-z0-9_-]{1,64}$/);
-  expect(solution.workspace_id).toMatch(/^ws_/);
-  expect(solution.created_at).toMatch(timestampPattern);
-  expect(solution.updated_at).toMatch(timestampPattern);
-  expect(Array.isArray(solution.documentation.blocks)).toBe(true);
-}
-
 /** Serializes `{"query": ..., "params": <raw>}` with params given as raw JSON text. */
 export const envelopeWithRawParams = (query: string, rawParams: string) => `{"query":${JSON.stringify(query)},"params":${rawParams}}`;
 

@@ -23,8 +23,8 @@ import type { Timestamp } from '../../src/domain/timestamp.js';
 /** A timestamp on a fixed day: `at('10:00:00.000001')` is `2024-05-01T10:00:00.000001Z`. */
 export const at = (time: string): Timestamp => `2024-05-01T${time}Z`;
 
-export const actor = 'user_alice';
-export const requestId = 'req_1';
+const actor = 'user_alice';
+const requestId = 'req_1';
 
 export const context = (now: Timestamp, overrides: Partial<CommandContext> = {}): CommandContext => ({
   actor,

@@ -9,7 +9,7 @@ import { getWorkspace, listWorkspaces } from '../../../src/read/workspaces.js';
 import { callApi, type TestService } from '../../support/service.js';
 
 /** Every record id that ever had a stream, from the log. */
-export async function everyRecordId(store: EventStore): Promise<{ workspaces: string[]; solutions: string[] }> {
+async function everyRecordId(store: EventStore): Promise<{ workspaces: string[]; solutions: string[] }> {
   const workspaces = new Set<string>();
   const solutions = new Set<string>();
   let position = startOfLog;
