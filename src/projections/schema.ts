@@ -38,10 +38,14 @@ CREATE TABLE IF NOT EXISTS workspace_solution_counts (
   solutions bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 50);
 
--- Solutions whose workspace was deleted and whose own SolutionDeleted is still to be written.
+-- Solutions whose workspace was deleted and whose own SolutionDeleted is still to be written
+-- (done_at NULL), or was written lately, at deleted_* in the log (src/write/cascade.ts).
 CREATE TABLE IF NOT EXISTS cascade_pending (
   solution_id text PRIMARY KEY,
-  workspace_id text NOT NULL
+  workspace_id text NOT NULL,
+  deleted_commit numeric(20),
+  deleted_prepare numeric(20),
+  done_at timestamptz
 );
 CREATE INDEX IF NOT EXISTS cascade_pending_by_workspace ON cascade_pending (workspace_id);
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { readRecord } from '../eventstore/event-log.js';
-import type { EventStore } from '../eventstore/port.js';
+import { latestPosition, type EventStore, type GlobalPosition } from '../eventstore/port.js';
 import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
 import type { Pool } from '../infra/postgres.js';
 import type { CommandContext } from '../domain/command.js';
@@ -9,6 +9,8 @@ import { execute, type CommandObserver } from './execute.js';
 
 const parallelAppends = 8;
 const maxRetryDelayMs = 30_000;
+/** How long a written deletion stays listed: far longer than any delete_workspace waits to answer. */
+const doneKeptFor = '1 hour';
 
 /**
  * Writes each solution's own SolutionDeleted after its workspace was deleted (contract §10).
@@ -16,7 +18,8 @@ const maxRetryDelayMs = 30_000;
  * them, so none is missed: not one created concurrently with the deletion, nor one left when a
  * process died half-way. Each deletion carries the actor, request and time of the workspace's.
  * Deleting is idempotent, so the delete command and the projector may both drain at once; a
- * failed pass is retried with back-off until the list is empty.
+ * failed pass is retried with back-off until the list is empty. A deletion written stays listed
+ * for a while with its position in the log, for the delete command to wait for (drainWorkspace).
  */
 export class CascadeWorker {
   private draining: Promise<void> | undefined;
@@ -33,19 +36,31 @@ export class CascadeWorker {
     private readonly observer?: CommandObserver,
   ) {}
 
-  async drainWorkspace(workspaceId: string): Promise<void> {
-    const { rows } = await this.pool.query<{ solution_id: string }>('SELECT solution_id FROM cascade_pending WHERE workspace_id = $1', [
-      workspaceId,
-    ]);
-    await this.cascadeWorkspace(
-      workspaceId,
-      rows.map((row) => row.solution_id),
+  /**
+   * Writes the deletions still to do of a deleted workspace's solutions, and returns the latest
+   * position among all of its solutions' deletions still listed, whoever wrote them: what the
+   * projection must reach before `delete_workspace` answers. A deletion no longer listed was
+   * written over an hour ago.
+   */
+  async drainWorkspace(workspaceId: string): Promise<GlobalPosition | undefined> {
+    const { rows } = await this.pool.query<{ solution_id: string; deleted_commit: string | null; deleted_prepare: string | null }>(
+      'SELECT solution_id, deleted_commit, deleted_prepare FROM cascade_pending WHERE workspace_id = $1',
+      [workspaceId],
     );
+    const written = rows.flatMap((row) =>
+      row.deleted_commit === null || row.deleted_prepare === null
+        ? []
+        : [{ commit: BigInt(row.deleted_commit), prepare: BigInt(row.deleted_prepare) }],
+    );
+    const toDo = rows.filter((row) => row.deleted_commit === null).map((row) => row.solution_id);
+    return latestPosition([...written, await this.cascadeWorkspace(workspaceId, toDo)]);
   }
 
   /** How many solutions are waiting for their own SolutionDeleted (the backlog the worker drains). */
   async pendingCount(): Promise<number> {
-    const { rows } = await this.pool.query<{ pending: number }>('SELECT count(*)::int AS pending FROM cascade_pending');
+    const { rows } = await this.pool.query<{ pending: number }>(
+      'SELECT count(*)::int AS pending FROM cascade_pending WHERE done_at IS NULL',
+    );
     return rows[0]!.pending;
   }
 
@@ -83,9 +98,10 @@ export class CascadeWorker {
   }
 
   private async drainPass(): Promise<void> {
+    await this.pool.query(`DELETE FROM cascade_pending WHERE done_at < now() - interval '${doneKeptFor}'`);
     for (;;) {
       const { rows } = await this.pool.query<{ solution_id: string; workspace_id: string }>(
-        'SELECT solution_id, workspace_id FROM cascade_pending ORDER BY workspace_id, solution_id LIMIT 1000',
+        'SELECT solution_id, workspace_id FROM cascade_pending WHERE done_at IS NULL ORDER BY workspace_id, solution_id LIMIT 1000',
       );
       const byWorkspace = new Map<string, string[]>();
       for (const row of rows) byWorkspace.set(row.workspace_id, [...(byWorkspace.get(row.workspace_id) ?? []), row.solution_id]);
@@ -94,33 +110,47 @@ export class CascadeWorker {
     }
   }
 
-  private async cascadeWorkspace(workspaceId: string, solutionIds: string[]): Promise<void> {
-    if (solutionIds.length === 0) return;
+  /** Writes the deletions of `solutionIds`, listing each as written; the latest position among them. */
+  private async cascadeWorkspace(workspaceId: string, solutionIds: string[]): Promise<GlobalPosition | undefined> {
+    if (solutionIds.length === 0) return undefined;
     const deletion = (await readRecord(this.store, workspaceStream(workspaceId))).events
       .map((logged) => logged.event)
       .find((event) => event.type === 'WorkspaceDeleted');
     if (!deletion) {
       this.logger.error({ workspaceId, solutionIds }, 'cascade pending for a workspace that is not deleted; dropped');
+      await this.pool.query('DELETE FROM cascade_pending WHERE solution_id = ANY($1)', [solutionIds]);
+      return undefined;
     }
-    const context: CommandContext | undefined = deletion && {
+    const context: CommandContext = {
       actor: deletion.metadata.actor,
       requestId: deletion.metadata.request_id,
       now: deletion.metadata.occurred_at,
     };
     const queue = [...solutionIds];
+    const positions: (GlobalPosition | undefined)[] = [];
     const worker = async () => {
       for (let solutionId = queue.pop(); solutionId !== undefined; solutionId = queue.pop()) {
-        if (context) await this.cascadeSolution(solutionId, context);
-        await this.pool.query('DELETE FROM cascade_pending WHERE solution_id = $1', [solutionId]);
+        const position = await this.cascadeSolution(solutionId, context);
+        positions.push(position);
+        await this.pool.query(
+          'UPDATE cascade_pending SET deleted_commit = $2, deleted_prepare = $3, done_at = now() WHERE solution_id = $1',
+          [solutionId, position?.commit.toString() ?? null, position?.prepare.toString() ?? null],
+        );
       }
     };
     await Promise.all(Array.from({ length: Math.min(parallelAppends, solutionIds.length) }, worker));
+    return latestPosition(positions);
   }
 
-  private async cascadeSolution(solutionId: string, context: CommandContext): Promise<void> {
-    await execute(
+  /**
+   * Writes one solution's deletion; its position in the log, whoever wrote it (another pass or
+   * instance may have been first: then the deletion is the stream's last event, as nothing follows it).
+   */
+  private async cascadeSolution(solutionId: string, context: CommandContext): Promise<GlobalPosition | undefined> {
+    const stream = solutionStream(solutionId);
+    const outcome = await execute(
       this.store,
-      solutionStream(solutionId),
+      stream,
       solutionDecider,
       { requestId: context.requestId },
       () => ({
@@ -130,5 +160,8 @@ export class CascadeWorker {
       }),
       { observer: this.observer },
     );
+    if (outcome.position) return outcome.position;
+    const [last] = await this.store.readStream(stream, { direction: 'backwards', limit: 1 });
+    return last?.position;
   }
 }

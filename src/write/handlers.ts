@@ -208,13 +208,19 @@ export class CommandHandlers {
       if (state.status === 'active' && !caller.organizations.has(state.workspace.organization_id)) throw notFound('workspace');
       return { type: 'DeleteWorkspace' as const, id, context: this.context(caller) };
     });
-    await this.awaitProjection(caller, outcome);
+    const budget = new WaitBudget(this.deps.projectionWaitMs);
+    const projected = await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, outcome.position, timeoutMs));
     // The solutions are already hidden; their own deletion events are written before answering,
     // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
-    await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
+    const cascaded = await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
       this.deps.logger.warn({ err: (error as Error).message, workspaceId: id }, 'cascade deferred to the background');
       this.deps.cascade.drainAll();
+      return undefined;
     });
+    // The answer acknowledges those deletions too: the change feed shows them once it is received
+    // (contract §14). Within what is left of the one wait a command has (§11); a projection already
+    // found behind has said so.
+    if (projected && cascaded) await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, cascaded, timeoutMs));
     return { id };
   }
 
@@ -360,13 +366,14 @@ export class CommandHandlers {
     return { actor: caller.subject, requestId: caller.requestId, now: this.deps.clock(), commandId: caller.commandId };
   }
 
+  /** Waits for the projection to apply `position`: true once it has, false if it is behind (the caller told so). */
   private async awaitProjection(
     caller: Caller,
     outcome: Submitted<unknown>,
     position = outcome.position,
     timeoutMs = this.deps.projectionWaitMs,
-  ): Promise<void> {
-    if (!position) return;
+  ): Promise<boolean> {
+    if (!position) return true;
     if (outcome.beforeProjection) {
       // Stored (contract §11: answered as done), in a log the projection never reads: reads will not show it.
       this.deps.logger.error(
@@ -374,11 +381,12 @@ export class CommandHandlers {
         "a command's events were placed before the projection's checkpoint: the event store was replaced or emptied under the read database (see /readyz)",
       );
       caller.onProjectionBehind?.();
-      return;
+      return false;
     }
     const reached = await timed(this.deps.observer, 'wait_projection', () => this.deps.awaitProjection(position, timeoutMs));
     await this.turns.next();
     if (reached === false) caller.onProjectionBehind?.();
+    return reached !== false;
   }
 
   private settled<State, Record>(state: State, record: (state: State) => Record | undefined): Record {

@@ -113,6 +113,18 @@ describe('deletion', () => {
       expect(await ok(service, token, 'get_workspace', { id: survivor.id })).toEqual(survivor);
     });
 
+    it("has every solution's own SolutionDeleted in the change feed as soon as it answers (contract §14, §11)", async () => {
+      // Three rounds: each has its own race between the answer and the cascade's projection.
+      for (let round = 0; round < 3; round++) {
+        const doomed = await newWorkspace();
+        const solutions = [];
+        for (let i = 0; i < 6; i++) solutions.push(await newSolution(doomed.id, `cascaded ${i}`));
+        expectOk(await callApi(service, token, 'delete_workspace', { id: doomed.id }));
+        const feed = await ok(service, token, 'list_changes', { workspace_id: doomed.id, types: ['SolutionDeleted'], limit: 100 });
+        expect(feed.items.map((change: any) => change.solution_id).sort()).toEqual(solutions.map((solution) => solution.id).sort());
+      }
+    });
+
     it('makes create_solution in the deleted workspace 404, and creates nothing', async () => {
       const workspace = await newWorkspace();
       await ok(service, token, 'delete_workspace', { id: workspace.id });

@@ -17,6 +17,7 @@ import { disabledWebhooksParked } from './0016-disabled-webhooks-parked.js';
 import { retiredWebhookSecrets } from './0017-retired-webhook-secrets.js';
 import { webhookStart } from './0018-webhook-start.js';
 import { idempotencyCanonicalHash } from './0019-idempotency-canonical-hash.js';
+import { cascadesDone } from './0020-cascades-done.js';
 import type { Migration } from './migration.js';
 
 export type { Migration } from './migration.js';
@@ -42,4 +43,5 @@ export const migrations: readonly Migration[] = [
   retiredWebhookSecrets,
   webhookStart,
   idempotencyCanonicalHash,
+  cascadesDone,
 ];

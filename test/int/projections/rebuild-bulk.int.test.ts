@@ -45,7 +45,7 @@ async function expectWholeLog(stack: Stack, result: { events: number; position: 
 
 async function cascadePending(stack: Stack): Promise<Map<string, string>> {
   const { rows } = await stack.pool.query<{ solution_id: string; workspace_id: string }>(
-    'SELECT solution_id, workspace_id FROM cascade_pending',
+    'SELECT solution_id, workspace_id FROM cascade_pending WHERE done_at IS NULL',
   );
   return new Map(rows.map((row) => [row.solution_id, row.workspace_id]));
 }

@@ -64,7 +64,7 @@ export async function readSide(pool: Pool, store: EventStore, organizations: str
 export async function settled(pool: Pool, store: EventStore): Promise<boolean> {
   const checkpoint = await readCheckpoint(pool);
   if ((await store.readAll(checkpoint, 1)).length > 0) return false;
-  const { rows } = await pool.query<{ n: string }>('SELECT count(*) AS n FROM cascade_pending');
+  const { rows } = await pool.query<{ n: string }>('SELECT count(*) AS n FROM cascade_pending WHERE done_at IS NULL');
   return rows[0]!.n === '0';
 }
 

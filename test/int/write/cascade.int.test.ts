@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EventStoreUnavailable, type EventStore } from '../../../src/eventstore/port.js';
+import { EventStoreUnavailable, latestPosition, type EventStore, type GlobalPosition } from '../../../src/eventstore/port.js';
 import { solutionStream, workspaceStream } from '../../../src/eventstore/stream-names.js';
 import { CascadeWorker } from '../../../src/write/cascade.js';
 import { decideSolution } from '../../../src/domain/solution.js';
@@ -79,16 +79,33 @@ describe('cascade worker', () => {
     const worker = new CascadeWorker(flakyStore(stack.store, 2), stack.pool, silentLogger);
     try {
       worker.drainAll();
-      await eventually(async () => (await stack.pool.query('SELECT 1 FROM cascade_pending')).rowCount === 0, 30_000);
+      await eventually(async () => (await stack.pool.query('SELECT 1 FROM cascade_pending WHERE done_at IS NULL')).rowCount === 0, 30_000);
     } finally {
       await worker.close();
     }
+    const deletions: GlobalPosition[] = [];
     for (const id of solutionIds) {
       const events = await stack.store.readStream(solutionStream(id));
       expect(events.map((event) => event.type)).toEqual(['SolutionCreated', 'SolutionDeleted']);
       expect(events[1]!.data).toMatchObject({ reason: 'workspace_deleted' });
       expect(events[1]!.metadata).toMatchObject({ actor: 'bob', request_id: 'req-delete' });
+      deletions.push(events[1]!.position);
     }
+    // Listed as written, with where each deletion is in the log.
+    const { rows: done } = await stack.pool.query(
+      'SELECT solution_id, deleted_commit, deleted_prepare FROM cascade_pending WHERE workspace_id = $1 ORDER BY solution_id',
+      [workspaceId],
+    );
+    expect(done.map((row) => ({ commit: BigInt(row.deleted_commit), prepare: BigInt(row.deleted_prepare) }))).toEqual(deletions);
+    // Another instance's delete command, arriving after this worker wrote every deletion, writes
+    // nothing and still learns the latest of them: what it must see projected before it answers.
+    const lateWorker = new CascadeWorker(stack.store, stack.pool, silentLogger);
+    const versionsBefore = await Promise.all(solutionIds.map(async (id) => (await stack.store.readStream(solutionStream(id))).length));
+    expect(await lateWorker.drainWorkspace(workspaceId)).toEqual(latestPosition(deletions));
+    expect(await Promise.all(solutionIds.map(async (id) => (await stack.store.readStream(solutionStream(id))).length))).toEqual(
+      versionsBefore,
+    );
+    await lateWorker.close();
     // The last deletions are in the log once the to-do list is empty; the change feed shows them once projected.
     await eventually(async () => (await stack.store.readAll(stack.progress.current, 1)).length === 0);
     expect(await stack.differences()).toEqual([]);
