@@ -61,7 +61,8 @@ export const withoutControlCharacters = <Schema extends z.ZodType<string>>(schem
 export const name = withoutControlCharacters(
   wellFormed(z.string())
     .refine((value) => codePoints(value) >= 1 && codePoints(value) <= 50, 'must be 1 to 50 characters')
-    .refine((value) => /\S/u.test(value), 'must contain a non-whitespace character'),
+    // Whitespace as Unicode defines it (White_Space); JavaScript's \s also counts U+FEFF, which is not.
+    .refine((value) => /\P{White_Space}/u.test(value), 'must contain a non-whitespace character'),
 )
   // JSON Schema counts a string's length in code points, as the contract does (§5).
   .meta({ minLength: 1, maxLength: 50, description: '1 to 50 code points, not only whitespace, no control characters.' });

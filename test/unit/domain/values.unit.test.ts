@@ -104,6 +104,12 @@ describe('name (§5)', () => {
     expect(accepts(name, ' a ')).toBe(true);
   });
 
+  it('takes whitespace as Unicode defines it (White_Space): a zero-width no-break space or space is not', () => {
+    expect(messages(name, '\u3000\u2028\u205F')).toContain('must contain a non-whitespace character');
+    expect(accepts(name, '\uFEFF')).toBe(true);
+    expect(accepts(name, '\u200B')).toBe(true);
+  });
+
   it('is stored exactly as given: no trimming', () => {
     expect(name.parse('  Lab  ')).toBe('  Lab  ');
   });
