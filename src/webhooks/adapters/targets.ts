@@ -33,8 +33,13 @@ export function targetProblem(url: string, allowPrivate: boolean): string | unde
   if (parsed.username || parsed.password) return 'must not carry credentials';
   // The URL parser takes it (`:0`, `:00`), but no connection can be made to it.
   if (parsed.port === '0') return 'must not name port 0';
-  if (allowPrivate) return parsed.protocol === 'https:' || parsed.protocol === 'http:' ? undefined : 'must be an https:// or http:// URL';
-  if (parsed.protocol !== 'https:') return 'must be an https:// URL';
+  if (allowPrivate) {
+    if (parsed.protocol !== 'https:' && parsed.protocol !== 'http:') return 'must be an https:// or http:// URL';
+  } else if (parsed.protocol !== 'https:') return 'must be an https:// URL';
+  // The parser finds a host in `https:///path` (path) or `https:example.com`: one the URL, stored
+  // as written, does not show as its host.
+  if (!/^https?:\/\/[^/\\?#]/i.test(url)) return 'must be written as https://host/…, the host right after the //';
+  if (allowPrivate) return undefined;
   const host = literalAddress(parsed.hostname);
   if (host === 'localhost' || host.endsWith('.localhost') || (ipaddr.isValid(host) && !isPublicAddress(host))) {
     return 'must not name a loopback, private, link-local or otherwise non-public address';

@@ -34,6 +34,11 @@ describe('webhook targets', () => {
     expect(targetProblem('http://hooks.example.com/in', false)).toBe('must be an https:// URL');
     expect(targetProblem('ftp://hooks.example.com/in', true)).toBe('must be an https:// or http:// URL');
     expect(targetProblem('hooks.example.com', false)).toBe('must be an absolute URL');
+    // The parser reads a host into these (`path`, `example.com`) that the text does not show as one.
+    for (const url of ['https:///path', 'https:hooks.example.com/in', 'https:\\\\hooks.example.com/in', ' https://hooks.example.com/in']) {
+      expect(targetProblem(url, false), url).toBe('must be written as https://host/…, the host right after the //');
+    }
+    expect(targetProblem('HTTPS://Hooks.Example.com/in', false)).toBeUndefined();
     expect(targetProblem('https://user:pw@hooks.example.com/', false)).toBe('must not carry credentials');
     for (const url of [
       'https://localhost/',
