@@ -149,6 +149,11 @@ export function acceptJsonBodies(app: FastifyInstance): void {
       if (coding !== undefined && coding !== '' && coding !== 'identity') {
         throw new ServiceError('unsupported_media_type', 'the body must not be compressed: Content-Encoding is not supported');
       }
+      // Node's parser undoes `chunked` only: any other transfer coding leaves its bytes in the body.
+      const transferCodings = request.headers['transfer-encoding']?.split(',').map((part) => part.trim().toLowerCase());
+      if (transferCodings?.some((part) => part !== 'chunked')) {
+        throw new ServiceError('unsupported_media_type', 'the body must not be compressed: only chunked Transfer-Encoding is supported');
+      }
       done(null, parseJsonBody(raw as Buffer));
     } catch (error) {
       done(error as Error, undefined);

@@ -201,6 +201,32 @@ describe('bodies are stored exactly as sent, or refused', () => {
     expect(await total()).toBe(before + 1);
   });
 
+  it('a body with a Transfer-Encoding other than chunked is 415 too, and nothing is stored', async () => {
+    const before = await total();
+    const body = JSON.stringify({ query: 'create_workspace', params: { organization_id: org, name: 'Transfer-encoded' } });
+    const chunked = (coding: string, bytes: Buffer) =>
+      Buffer.concat([
+        Buffer.from(
+          `POST /api HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\n` +
+            `Transfer-Encoding: ${coding}\r\nConnection: close\r\n\r\n${bytes.length.toString(16)}\r\n`,
+        ),
+        bytes,
+        Buffer.from('\r\n0\r\n\r\n'),
+      ]);
+    for (const [coding, bytes] of [
+      ['gzip, chunked', gzipSync(body)],
+      ['GZIP , chunked', Buffer.from(body)],
+      ['deflate, chunked', Buffer.from(body)],
+    ] as const) {
+      const response = await rawHttp(service, chunked(coding, bytes), { unfinished: true });
+      expectError(response, 415, 'unsupported_media_type');
+      expect(response.body.error.message).toBe('the body must not be compressed: only chunked Transfer-Encoding is supported');
+    }
+    expect(await total()).toBe(before);
+    expect((await rawHttp(service, chunked('chunked', Buffer.from(body)), { unfinished: true })).status).toBe(200);
+    expect(await total()).toBe(before + 1);
+  });
+
   it('numbers a double holds are stored and read back as sent, in attributes and documentation alike', async () => {
     const body =
       `{"query":"create_workspace","params":{"organization_id":"${org}","name":"exact",` +
