@@ -41,7 +41,11 @@ if (action === 'list' && id !== undefined) usageError(tool, `list takes no id ($
 if (action === 'list' && (parsed.values.by !== undefined || parsed.values.note !== undefined)) {
   usageError(tool, '--by and --note go with retry or skip, not list');
 }
-if (action !== 'list' && !/^\d+$/.test(id ?? '')) usageError(tool, `${action} needs the id of a dead letter, as list shows it`);
+/** The largest id a dead letter can have (a bigint column); a longer number would reach PostgreSQL only to be refused there. */
+const largestId = 2n ** 63n - 1n;
+if (action !== 'list' && !(/^\d{1,19}$/.test(id ?? '') && BigInt(id!) <= largestId)) {
+  usageError(tool, `${action} needs the id of a dead letter, as list shows it`);
+}
 if (extra.length > 0) usageError(tool, `one dead letter at a time: ${extra.join(' ')} is one too many`);
 
 const { config, logger } = operatorSetup();

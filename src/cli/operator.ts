@@ -8,18 +8,21 @@ import { openStores } from '../runtime/stores.js';
 /** Set once the tool's stores are open: what an interrupt must release before the tool exits. */
 let releaseStores: (() => Promise<void>) | undefined;
 let interruptedBy: StopSignal | undefined;
+/** Whether the tool starts a PostgreSQL of its own (no DATABASE_URL): one an interrupt must not leave behind. */
+let startsItsDatabase = false;
 
 /**
  * Ctrl-C or SIGTERM ends a tool at once (each of its writes is one transaction, so nothing is
  * left half-written) and stops the embedded PostgreSQL when nothing else uses it. A signal that
- * arrives while the stores are still opening takes effect as soon as they are open, so that a
- * database started for the tool is not left behind.
+ * arrives while the stores are still opening ends a tool on DATABASE_URL at once too; one that
+ * starts its own database ends as soon as the stores are open (or failed to), so that the
+ * database started for it is not left behind.
  */
 async function exitOnInterrupt(signal: StopSignal): Promise<void> {
   interruptedBy = signal;
-  if (!releaseStores) return;
+  if (!releaseStores && startsItsDatabase) return;
   process.stderr.write(`interrupted by ${signal}\n`);
-  await releaseStores();
+  await releaseStores?.();
   process.exit(130);
 }
 
@@ -34,6 +37,7 @@ export function operatorSetup(onStop: (signal: StopSignal) => unknown = exitOnIn
   try {
     // A tool logs warnings and worse unless told otherwise: its report is what it prints.
     const config = parseConfig({ ...process.env, LOG_LEVEL: process.env.LOG_LEVEL || 'warn' }, 'tool');
+    startsItsDatabase = config.databaseUrl === undefined;
     return { config, logger: pino({ level: config.logLevel }, pino.destination(2)) };
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
@@ -68,6 +72,13 @@ export async function connectOperator(
     migrate: options.migrate ?? true,
     requireSchema: options.requireSchema ?? true,
     eventStoreReadTimeoutMs: 60_000,
+  }).catch((error: unknown) => {
+    // Interrupted while the stores were opening: the interrupt is the outcome, not what opening met meanwhile.
+    if (interruptedBy) {
+      process.stderr.write(`interrupted by ${interruptedBy}\n`);
+      process.exit(130);
+    }
+    throw error;
   });
   releaseStores = () =>
     stores.abandon().catch((error: unknown) => logger.warn({ err: error }, 'the embedded PostgreSQL could not be stopped'));

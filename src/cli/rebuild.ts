@@ -103,8 +103,9 @@ const { config, logger } = operatorSetup(stop);
 let exitCode = 0;
 let connection;
 try {
-  // A fresh read database is what a rebuild fills (events in EventStoreDB).
-  connection = await connectOperator(config, logger, { requireSchema: false });
+  // A fresh read database is what a rebuild fills when events are in EventStoreDB; with events in
+  // PostgreSQL, a database the service never ran on has no log either: a mistyped DATABASE_URL.
+  connection = await connectOperator(config, logger, { requireSchema: config.eventStoreUrl === undefined });
   const result = await rebuildReadModel({
     connectionString: connection.databaseUrl,
     store: connection.store,

@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/infra/migrate.js';
 import { createTestDatabase } from '../support/database.js';
+import { EventStoreDBStandIn } from '../support/eventstoredb-standin/index.js';
 import { testSecret } from '../support/secret.js';
 import { runCli, type CliOutcome } from './cli-run.js';
 
@@ -88,6 +89,9 @@ describe.concurrent('the command-line tools', () => {
     expectUsageError(await run('history', ['ws_']), /ws_ is not a workspace/);
     expectUsageError(await run('projections:rebuild', ['--batch-size', '99999999999']), /--batch-size must be a whole number from 1 to/);
     expectUsageError(await run('projections:dead-letters', ['list', '--note', 'x']), /--by and --note go with retry or skip/);
+    for (const id of ['99999999999999999999', '9223372036854775808']) {
+      expectUsageError(await run('projections:dead-letters', ['retry', id]), /retry needs the id of a dead letter, as list shows it/);
+    }
   });
 
   it('token says so when it makes a development secret, which a service on another DATA_DIR does not share', async () => {
@@ -99,12 +103,14 @@ describe.concurrent('the command-line tools', () => {
     expect(second.stderr).toMatch(/^minted a token/);
   });
 
-  it.each(['projections:verify', 'projections:dead-letters', 'history', 'audit:verify'] as const)(
+  it.each(['projections:verify', 'projections:rebuild', 'projections:dead-letters', 'history', 'audit:verify'] as const)(
     '%s refuses a database the service has never run on, and leaves it as it was',
     async (tool) => {
       const empty = await createTestDatabase();
       const args = {
         'projections:verify': [],
+        // With events in PostgreSQL, such a database has no log to rebuild from either.
+        'projections:rebuild': [],
         'projections:dead-letters': ['list'],
         history: ['ws_V1StGXR8_Z5jdHi6B-myT'],
         'audit:verify': [],
@@ -123,6 +129,20 @@ describe.concurrent('the command-line tools', () => {
       expect(rows[0].tables).toBe(0);
     },
   );
+
+  it('projections:rebuild fills a fresh read database when the events are in EventStoreDB', async () => {
+    const standIn = await EventStoreDBStandIn.start();
+    try {
+      const fresh = await createTestDatabase();
+      const outcome = await runCli('src/cli/rebuild.ts', [], fresh, { AUTH_JWT_SECRET: testSecret, EVENTSTORE_URL: standIn.url });
+      expect(outcome.code, outcome.stderr).toBe(0);
+      expect(outcome.stdout).toMatch(
+        /^rebuilt workspaces, solutions, organization_counts, workspace_solution_counts, changes from 0 events/,
+      );
+    } finally {
+      await standIn.stop();
+    }
+  });
 
   it('audit:verify with the event store unreachable says so in one line and exits 2, not 1 (a break)', async () => {
     const readDatabase = await createTestDatabase();
@@ -173,6 +193,35 @@ describe('a DATABASE_URL that cannot be used', () => {
   ])('stops an operator tool the same way, with status 2: %s', async (tool, args, name) => {
     const outcome = await runCli(tool, args, unreachable);
     expect({ code: outcome.code, stderr: outcome.stderr }).toEqual({ code: 2, stderr: `${name} failed: ${says}` });
+  });
+});
+
+describe('a tool interrupted while it connects', () => {
+  let silent: net.Server;
+  const sockets = new Set<net.Socket>();
+  beforeAll(async () => {
+    // Takes connections and never answers: the tool waits for its connection's timeout.
+    silent = net.createServer((socket) => sockets.add(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  });
+  afterAll(() => {
+    for (const socket of sockets) socket.destroy();
+    return new Promise((resolve) => silent.close(resolve));
+  });
+
+  it('exits 130, as after any Ctrl-C, not 2 for the connection it gave up', async () => {
+    const { port } = silent.address() as net.AddressInfo;
+    const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: `postgresql://postgres@127.0.0.1:${port}/silent`, LOG_LEVEL: 'warn' };
+    for (const name of ['AUTH_JWT_SECRET', 'AUTH_JWKS_URL', 'EVENTSTORE_URL', 'NODE_OPTIONS']) delete env[name];
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/verify.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    child.stderr.on('data', (chunk) => (stderr += chunk));
+    // Interrupted once its connection is on its way, not before the tool has begun.
+    while (sockets.size === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    child.kill('SIGINT');
+    const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
+    expect({ code, stderr }).toEqual({ code: 130, stderr: 'interrupted by SIGINT\n' });
   });
 });
 
