@@ -53,14 +53,18 @@ async function main(): Promise<void> {
     if (stopping) return;
     stopping = true;
     logger.info({ signal }, 'shutting down');
+    // What the stop is doing: named when it takes too long, so that an operator knows what held it.
+    let step = 'finishing the requests in flight';
     const forced = setTimeout(() => {
-      logger.error('shutdown took too long; exiting');
+      logger.error({ step }, `shutdown took too long (held while ${step}); exiting`);
       process.exit(1);
     }, config.shutdownDrainMs + stopAfterDrainMs).unref();
     try {
       await app.close(); // stops accepting, finishes in-flight requests
+      step = 'closing the metrics listener';
       await metricsServer?.close();
-      await runtime.close();
+      await runtime.close((next) => (step = next));
+      step = 'exporting the last traces';
       await tracing?.shutdown(); // exports the spans still buffered
       clearTimeout(forced);
       logger.info('stopped');

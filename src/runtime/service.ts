@@ -57,8 +57,11 @@ export type Runtime = {
   /** Keeps the organizations' Merkle trees and signs their checkpoints (contract §16). */
   treeKeeper: TreeKeeper;
   dispatcher: DeliveryThread;
-  /** Stops the projector, closes pools and stops an embedded database, in that order. */
-  close: () => Promise<void>;
+  /**
+   * Stops the background work, closes pools and stops an embedded database, in that order,
+   * telling `onStep` what it is doing (for a stop that takes too long to say where it was held).
+   */
+  close: (onStep?: (step: string) => void) => Promise<void>;
 };
 
 export type RuntimeOptions = {
@@ -256,12 +259,17 @@ export async function startRuntime(config: Config, logger: Logger, options: Runt
       cascade,
       treeKeeper,
       dispatcher,
-      close: async () => {
+      close: async (onStep = () => undefined) => {
+        onStep('stopping the integrity tree keeper');
         await treeKeeper.stop();
+        onStep('stopping webhook delivery');
         await dispatcher.stop();
+        onStep('stopping the projector (its batch in progress)');
         await projector.stop();
+        onStep('stopping the cascade worker');
         await cascade.close();
         progress.close();
+        onStep(config.databaseUrl ? 'closing the stores' : 'closing the stores and stopping the embedded PostgreSQL');
         await stores.close();
       },
     };

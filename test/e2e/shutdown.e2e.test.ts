@@ -1,4 +1,5 @@
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net';
+import pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
@@ -167,6 +168,29 @@ describe('shutdown with stalled connections', () => {
     expect(received).toMatch(/\r\nconnection: close\r\n/i);
     // And it was not: nothing was stored for it.
     expect(await stack.store.readAll(startOfLog, 100)).toEqual([]);
+  });
+
+  it('when a step holds the stop past its limit, exits 1 and names the step', async () => {
+    const { service, stack } = await startService({ SHUTDOWN_DRAIN_MS: '500', PROJECTION_WAIT_MS: '1000', LOG_LEVEL: 'info' });
+    const token = await service.token(['org_held']);
+    // Another session holds the workspaces table: the projector's next batch waits for it.
+    const holder = new pg.Client({ connectionString: stack.url });
+    await holder.connect();
+    cleanups.push(() => holder.end());
+    await holder.query('BEGIN');
+    await holder.query('LOCK TABLE workspaces IN ACCESS EXCLUSIVE MODE');
+    const created = await fetch(`${service.url}/api`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ query: 'create_workspace', params: { organization_id: 'org_held', name: 'held' } }),
+    });
+    // Its events stored, the command answers once its wait is up (contract §11).
+    expect(created.status).toBe(200);
+    expect(created.headers.get('x-projection-behind')).toBe('true');
+
+    await service.signal('SIGTERM');
+    expect(service.child.exitCode, service.output()).toBe(1);
+    expect(service.output()).toMatch(/"step":"stopping the projector \(its batch in progress\)".*"msg":"shutdown took too long/);
   });
 
   it('exits after its stop while an EventStoreDB node takes connections and never answers, rather than staying alive', async () => {
