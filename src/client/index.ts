@@ -1,6 +1,7 @@
 import { createParser, type EventSourceMessage } from 'eventsource-parser';
 import type { OperationName, ParamsInputOf, ResultOf } from '../api/schemas.js';
 import type { ErrorCode, ErrorDetail } from '../errors.js';
+import { exactBase64Bytes } from './verify.js';
 
 /**
  * The typed client: one method per operation, parameter and result types inferred from the zod
@@ -509,7 +510,7 @@ export async function verifyWebhook(
   for (const candidate of signatures.split(' ')) {
     const [version, encoded] = candidate.split(',');
     // The headers are the sender's: a signature that is not base64 is one that does not match.
-    const signature = version === 'v1' && encoded ? base64Bytes(encoded) : undefined;
+    const signature = version === 'v1' && encoded ? exactBase64Bytes(encoded, 'base64') : undefined;
     if (!signature) continue;
     // crypto.subtle.verify compares in constant time.
     if (await crypto.subtle.verify('HMAC', key, signature, message)) {

@@ -33,7 +33,27 @@ export function canonicalJson(value: unknown): string {
 
 const hex = (bytes: ArrayBuffer | Uint8Array) => Array.from(new Uint8Array(bytes), (byte) => byte.toString(16).padStart(2, '0')).join('');
 const fromHex = (text: string) => Uint8Array.from(text.match(/../g) ?? [], (pair) => parseInt(pair, 16));
-const fromBase64Url = (text: string) => Uint8Array.from(atob(text.replace(/-/g, '+').replace(/_/g, '/')), (char) => char.charCodeAt(0));
+
+/**
+ * The bytes `text` stands for in base64 (RFC 4648 §4, padded) or base64url (§5, unpadded), only
+ * when `text` is exactly how base64 writes those bytes: `atob` also takes whitespace, a missing or
+ * added `=` and stray low bits in the last character, so that one value has many spellings, and a
+ * signature altered in any of them would still verify.
+ */
+export function exactBase64Bytes(text: string, alphabet: 'base64' | 'base64url'): Uint8Array | undefined {
+  const written = alphabet === 'base64' ? /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/ : /^[A-Za-z0-9_-]*$/;
+  if (!written.test(text)) return undefined;
+  let binary: string;
+  try {
+    binary = atob(alphabet === 'base64' ? text : text.replace(/-/g, '+').replace(/_/g, '/'));
+  } catch {
+    // A length base64 cannot have (one character past a group of four): not base64.
+    return undefined;
+  }
+  const again = btoa(binary);
+  if ((alphabet === 'base64' ? again : again.replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '')) !== text) return undefined;
+  return Uint8Array.from(binary, (char) => char.charCodeAt(0));
+}
 
 const sha256 = async (bytes: Uint8Array) => new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
 const sha256Text = async (text: string) => hex(await sha256(new TextEncoder().encode(text)));
@@ -77,7 +97,11 @@ const count: Rule = [isCount, 'a whole number ≥ 0'];
 const path: Rule = [isPath, 'a list of hashes of 64 lower-case hex digits'];
 const jsonObject: Rule = [(value) => isObject(value) && isJson(value), 'a JSON object'];
 type Shape = Record<string, Rule>;
-const checkpointShape: Shape = { organization_id: text, size: count, root_hash: hash, timestamp: text, key_id: text, signature: text };
+const signature: Rule = [
+  (value) => typeof value === 'string' && exactBase64Bytes(value, 'base64url')?.length === 64,
+  'an Ed25519 signature in base64url, 86 characters',
+];
+const checkpointShape: Shape = { organization_id: text, size: count, root_hash: hash, timestamp: text, key_id: text, signature };
 const eventShape: Shape = {
   version: count,
   type: text,
@@ -178,7 +202,7 @@ export async function checkpointSignatureValid(checkpoint: Checkpoint, keys: Aud
   try {
     const key = await crypto.subtle.importKey('jwk', { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, { name: 'Ed25519' }, false, ['verify']);
     const signed = new TextEncoder().encode(canonicalJson({ organization_id, size, root_hash, timestamp }));
-    return await crypto.subtle.verify({ name: 'Ed25519' }, key, fromBase64Url(checkpoint.signature), signed);
+    return await crypto.subtle.verify({ name: 'Ed25519' }, key, exactBase64Bytes(checkpoint.signature, 'base64url')!, signed);
   } catch {
     // A malformed key or signature verifies nothing: the answer is that it is not valid.
     return false;
@@ -187,6 +211,15 @@ export async function checkpointSignatureValid(checkpoint: Checkpoint, keys: Aud
 
 const sameTree = (a: Checkpoint, b: Checkpoint) =>
   a.organization_id === b.organization_id && a.size === b.size && a.root_hash === b.root_hash;
+
+/**
+ * Whether a checkpoint in a proof is one the service signed: the one the auditor holds (verified
+ * on its own), or else carrying a signature of its own that verifies. A caller may keep what a
+ * verified proof holds; nothing in it may be unsigned.
+ */
+const signedAsWell = async (inProof: Checkpoint, held: Checkpoint, keys: AuditKeys) =>
+  (inProof.timestamp === held.timestamp && inProof.key_id === held.key_id && inProof.signature === held.signature) ||
+  (await checkpointSignatureValid(inProof, keys));
 
 /** The stream a record's events are in, by its id's prefix (contract §4); undefined for an id of neither kind. */
 function streamOf(recordId: string): string | undefined {
@@ -230,6 +263,8 @@ export async function verifyRecord(
     problems.push({
       message: `the proof is for the tree of size ${proof.checkpoint.size} (${proof.checkpoint.root_hash}), not the checkpoint's`,
     });
+  } else if (!(await signedAsWell(proof.checkpoint, checkpoint, keys))) {
+    problems.push({ message: "the proof's checkpoint is not the one given, and its own signature does not verify" });
   }
   if (proof.events.length === 0) {
     problems.push({
@@ -316,6 +351,9 @@ export async function verifyConsistency(
   }
   if (older.organization_id !== newer.organization_id) problems.push({ message: 'the checkpoints are of different organizations' });
   if (!sameTree(proof.from, older) || !sameTree(proof.to, newer)) problems.push({ message: 'the proof is between other checkpoints' });
+  else if (!(await signedAsWell(proof.from, older, keys)) || !(await signedAsWell(proof.to, newer, keys))) {
+    problems.push({ message: 'a checkpoint of the proof is not the one given, and its own signature does not verify' });
+  }
   if (!(await consistencyPathValid(older.size, older.root_hash, newer.size, newer.root_hash, proof.path))) {
     problems.push({ message: `the tree of size ${newer.size} does not extend the tree of size ${older.size}: the log was rewritten` });
   }

@@ -84,6 +84,43 @@ describe("the client's verifiers, given what the service would not answer", () =
     expect(verdict.problems).toEqual([{ message: expect.stringMatching(/^malformed input: /) }]);
   });
 
+  it('refuses a checkpoint whose signature is written otherwise than the service writes it, though its bytes verify', async () => {
+    const { proof, checkpoint, keys } = signedRecord();
+    const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_';
+    // 64 bytes: 86 characters, the last carrying four spare bits.
+    const last = checkpoint.signature.at(-1)!;
+    const spareBitSet = alphabet[alphabet.indexOf(last) ^ 1]!;
+    for (const signature of [
+      `${checkpoint.signature.slice(0, -1)}${spareBitSet}`,
+      `${checkpoint.signature}==`,
+      `${checkpoint.signature.slice(0, 20)} ${checkpoint.signature.slice(20)}`,
+      checkpoint.signature.replace(/-/g, '+').replace(/_/g, '/'),
+    ]) {
+      if (signature === checkpoint.signature) continue;
+      const altered = { ...checkpoint, signature };
+      const verdict = await verifyRecord({ ...proof, checkpoint: altered }, altered, keys, 'ws_1');
+      expect(verdict.valid, signature).toBe(false);
+      const consistency = await verifyConsistency(altered, altered, { from: altered, to: altered, path: [] }, keys);
+      expect(consistency.valid, signature).toBe(false);
+    }
+  });
+
+  it("refuses a proof whose own checkpoint is not the signed one: another timestamp, key or signature than the auditor's", async () => {
+    const { proof, checkpoint, keys } = signedRecord();
+    for (const [member, value] of [
+      ['timestamp', '2026-11-28T00:00:02.000000Z'],
+      ['key_id', 'key-2'],
+      ['signature', `${checkpoint.signature.startsWith('A') ? 'B' : 'A'}${checkpoint.signature.slice(1)}`],
+    ] as const) {
+      const forged = { ...checkpoint, [member]: value };
+      expect((await verifyRecord({ ...proof, checkpoint: forged }, checkpoint, keys, 'ws_1')).valid, member).toBe(false);
+      const consistency = await verifyConsistency(checkpoint, checkpoint, { from: checkpoint, to: forged, path: [] }, keys);
+      expect(consistency.valid, member).toBe(false);
+      const fromForged = await verifyConsistency(checkpoint, checkpoint, { from: forged, to: checkpoint, path: [] }, keys);
+      expect(fromForged.valid, member).toBe(false);
+    }
+  });
+
   it('refuses as malformed a checkpoint, keys or record id that are not what the service answers, without throwing', async () => {
     const { proof, checkpoint, keys } = signedRecord();
     const cases: [unknown, unknown, unknown, unknown][] = [

@@ -54,6 +54,26 @@ describe("the client's verifyWebhook, against deliveries signed by the standardw
     expect(await verifyWebhook(secret, capitalised, body)).toEqual(JSON.parse(body));
   });
 
+  it('refuses a signature written otherwise than base64 writes its bytes, as standardwebhooks does', async () => {
+    const secret = newWebhookSecret();
+    const good = signed(secret);
+    const encoded = good['webhook-signature'].slice('v1,'.length);
+    // 32 bytes: 43 characters, the last carrying two spare bits, and one `=`.
+    const lastCharacter = encoded.at(-2)!;
+    const spareBitSet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'[
+      'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'.indexOf(lastCharacter) ^ 1
+    ]!;
+    for (const variant of [
+      encoded.slice(0, -1),
+      `${encoded.slice(0, -2)}${spareBitSet}=`,
+      `${encoded.slice(0, 10)}\t${encoded.slice(10)}`,
+    ]) {
+      const headers = { ...good, 'webhook-signature': `v1,${variant}` };
+      expect(() => new Webhook(secret).verify(body, headers), variant).toThrow();
+      await expect(verifyWebhook(secret, headers, body), variant).rejects.toThrow(WebhookVerificationError);
+    }
+  });
+
   it('says when the secret it is given is not a webhook secret, apart from a delivery that fails', async () => {
     const secret = newWebhookSecret();
     for (const wrong of ['my-secret', 'nope', 'secret', 'whsec_c2VjcmV0', '', 'whsec_', undefined as unknown as string]) {
