@@ -43,16 +43,20 @@ export class CascadeWorker {
    * written over an hour ago.
    */
   async drainWorkspace(workspaceId: string): Promise<GlobalPosition | undefined> {
-    const { rows } = await this.pool.query<{ solution_id: string; deleted_commit: string | null; deleted_prepare: string | null }>(
-      'SELECT solution_id, deleted_commit, deleted_prepare FROM cascade_pending WHERE workspace_id = $1',
-      [workspaceId],
-    );
+    const { rows } = await this.pool.query<{
+      solution_id: string;
+      deleted_commit: string | null;
+      deleted_prepare: string | null;
+      done: boolean;
+    }>('SELECT solution_id, deleted_commit, deleted_prepare, done_at IS NOT NULL AS done FROM cascade_pending WHERE workspace_id = $1', [
+      workspaceId,
+    ]);
     const written = rows.flatMap((row) =>
       row.deleted_commit === null || row.deleted_prepare === null
         ? []
         : [{ commit: BigInt(row.deleted_commit), prepare: BigInt(row.deleted_prepare) }],
     );
-    const toDo = rows.filter((row) => row.deleted_commit === null).map((row) => row.solution_id);
+    const toDo = rows.filter((row) => !row.done).map((row) => row.solution_id);
     return latestPosition([...written, await this.cascadeWorkspace(workspaceId, toDo)]);
   }
 
@@ -144,7 +148,9 @@ export class CascadeWorker {
 
   /**
    * Writes one solution's deletion; its position in the log, whoever wrote it (another pass or
-   * instance may have been first: then the deletion is the stream's last event, as nothing follows it).
+   * instance may have been first: then the deletion is the stream's last event, as nothing follows
+   * it; an EventStoreDB server older than 22.6 gives a stream's events no position, and its start
+   * of the log is then all there is to wait for).
    */
   private async cascadeSolution(solutionId: string, context: CommandContext): Promise<GlobalPosition | undefined> {
     const stream = solutionStream(solutionId);
