@@ -124,7 +124,8 @@ try {
 } catch (error) {
   printer.interrupt();
   process.stderr.write(`rebuild failed: ${error instanceof Error ? error.message : String(error)}\n`);
-  exitCode = error instanceof RebuildAborted ? 130 : 2;
+  // Interrupted before the rebuild began (while connecting), it is as interrupted as during it.
+  exitCode = error instanceof RebuildAborted || abort.signal.aborted ? 130 : 2;
 } finally {
   // The outcome is already printed; the process exits next, closing whatever is left.
   await connection?.close().catch(() => undefined);

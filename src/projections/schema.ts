@@ -48,6 +48,8 @@ CREATE TABLE IF NOT EXISTS cascade_pending (
   done_at timestamptz
 );
 CREATE INDEX IF NOT EXISTS cascade_pending_by_workspace ON cascade_pending (workspace_id);
+CREATE INDEX IF NOT EXISTS cascade_pending_to_do ON cascade_pending (workspace_id, solution_id) WHERE done_at IS NULL;
+CREATE INDEX IF NOT EXISTS cascade_pending_done ON cascade_pending (done_at) WHERE done_at IS NOT NULL;
 
 -- The change feed (src/changes): one row per event, by organization and log position.
 CREATE TABLE IF NOT EXISTS changes (

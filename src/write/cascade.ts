@@ -37,12 +37,13 @@ export class CascadeWorker {
   ) {}
 
   /**
-   * Writes the deletions still to do of a deleted workspace's solutions, and returns the latest
-   * position among all of its solutions' deletions still listed, whoever wrote them: what the
-   * projection must reach before `delete_workspace` answers. A deletion no longer listed was
-   * written over an hour ago.
+   * Writes the deletions still to do of a deleted workspace's solutions. `latest`: the latest
+   * position among all of its solutions' deletions known to be in the log, whoever wrote them:
+   * what the projection must reach before `delete_workspace` answers (a deletion no longer listed
+   * was written over an hour ago). `failure`: why some were not written (they are still to do),
+   * after writing every other.
    */
-  async drainWorkspace(workspaceId: string): Promise<GlobalPosition | undefined> {
+  async drainWorkspace(workspaceId: string): Promise<{ latest: GlobalPosition | undefined; failure?: unknown }> {
     const { rows } = await this.pool.query<{
       solution_id: string;
       deleted_commit: string | null;
@@ -51,13 +52,18 @@ export class CascadeWorker {
     }>('SELECT solution_id, deleted_commit, deleted_prepare, done_at IS NOT NULL AS done FROM cascade_pending WHERE workspace_id = $1', [
       workspaceId,
     ]);
-    const written = rows.flatMap((row) =>
+    const positions: (GlobalPosition | undefined)[] = rows.map((row) =>
       row.deleted_commit === null || row.deleted_prepare === null
-        ? []
-        : [{ commit: BigInt(row.deleted_commit), prepare: BigInt(row.deleted_prepare) }],
+        ? undefined
+        : { commit: BigInt(row.deleted_commit), prepare: BigInt(row.deleted_prepare) },
     );
     const toDo = rows.filter((row) => !row.done).map((row) => row.solution_id);
-    return latestPosition([...written, await this.cascadeWorkspace(workspaceId, toDo)]);
+    try {
+      await this.cascadeWorkspace(workspaceId, toDo, positions);
+      return { latest: latestPosition(positions) };
+    } catch (failure) {
+      return { latest: latestPosition(positions), failure };
+    }
   }
 
   /** How many solutions are waiting for their own SolutionDeleted (the backlog the worker drains). */
@@ -109,21 +115,24 @@ export class CascadeWorker {
       );
       const byWorkspace = new Map<string, string[]>();
       for (const row of rows) byWorkspace.set(row.workspace_id, [...(byWorkspace.get(row.workspace_id) ?? []), row.solution_id]);
-      for (const [workspaceId, solutionIds] of byWorkspace) await this.cascadeWorkspace(workspaceId, solutionIds);
+      for (const [workspaceId, solutionIds] of byWorkspace) await this.cascadeWorkspace(workspaceId, solutionIds, []);
       if (rows.length < 1000) return;
     }
   }
 
-  /** Writes the deletions of `solutionIds`, listing each as written; the latest position among them. */
-  private async cascadeWorkspace(workspaceId: string, solutionIds: string[]): Promise<GlobalPosition | undefined> {
-    if (solutionIds.length === 0) return undefined;
+  /**
+   * Writes the deletions of `solutionIds`, listing each as written, and adds each one's position
+   * to `positions`. A failed one does not stop the others: it fails the whole once they are done.
+   */
+  private async cascadeWorkspace(workspaceId: string, solutionIds: string[], positions: (GlobalPosition | undefined)[]): Promise<void> {
+    if (solutionIds.length === 0) return;
     const deletion = (await readRecord(this.store, workspaceStream(workspaceId))).events
       .map((logged) => logged.event)
       .find((event) => event.type === 'WorkspaceDeleted');
     if (!deletion) {
       this.logger.error({ workspaceId, solutionIds }, 'cascade pending for a workspace that is not deleted; dropped');
       await this.pool.query('DELETE FROM cascade_pending WHERE solution_id = ANY($1)', [solutionIds]);
-      return undefined;
+      return;
     }
     const context: CommandContext = {
       actor: deletion.metadata.actor,
@@ -131,7 +140,6 @@ export class CascadeWorker {
       now: deletion.metadata.occurred_at,
     };
     const queue = [...solutionIds];
-    const positions: (GlobalPosition | undefined)[] = [];
     const worker = async () => {
       for (let solutionId = queue.pop(); solutionId !== undefined; solutionId = queue.pop()) {
         const position = await this.cascadeSolution(solutionId, context);
@@ -142,8 +150,9 @@ export class CascadeWorker {
         );
       }
     };
-    await Promise.all(Array.from({ length: Math.min(parallelAppends, solutionIds.length) }, worker));
-    return latestPosition(positions);
+    const workers = await Promise.allSettled(Array.from({ length: Math.min(parallelAppends, solutionIds.length) }, worker));
+    const failed = workers.find((outcome) => outcome.status === 'rejected');
+    if (failed) throw failed.reason;
   }
 
   /**

@@ -212,14 +212,15 @@ export class CommandHandlers {
     const projected = await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, outcome.position, timeoutMs));
     // The solutions are already hidden; their own deletion events are written before answering,
     // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
-    const cascaded = await this.deps.cascade.drainWorkspace(id).catch((error: unknown) => {
-      this.deps.logger.warn({ err: (error as Error).message, workspaceId: id }, 'cascade deferred to the background');
+    const cascade = await this.deps.cascade.drainWorkspace(id).catch((failure: unknown) => ({ latest: undefined, failure }));
+    if (cascade.failure !== undefined) {
+      this.deps.logger.warn({ err: (cascade.failure as Error).message, workspaceId: id }, 'cascade deferred to the background');
       this.deps.cascade.drainAll();
-      return undefined;
-    });
-    // The answer acknowledges those deletions too: the change feed shows them once it is received
-    // (contract §14). Within what is left of the one wait a command has (§11); a projection already
-    // found behind has said so.
+    }
+    // The answer acknowledges the deletions in the log too: the change feed shows them once it is
+    // received (contract §14). Within what is left of the one wait a command has (§11); a
+    // projection already found behind has said so.
+    const cascaded = cascade.latest;
     if (projected && cascaded) await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, cascaded, timeoutMs));
     return { id };
   }

@@ -218,7 +218,11 @@ describe('a tool interrupted while it connects', () => {
     let stderr = '';
     child.stderr.on('data', (chunk) => (stderr += chunk));
     // Interrupted once its connection is on its way, not before the tool has begun.
-    while (sockets.size === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    const deadline = Date.now() + 20_000;
+    while (sockets.size === 0) {
+      if (Date.now() > deadline || child.exitCode !== null) throw new Error(`the tool never connected: ${stderr}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
     child.kill('SIGINT');
     const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
     expect({ code, stderr }).toEqual({ code: 130, stderr: 'interrupted by SIGINT\n' });

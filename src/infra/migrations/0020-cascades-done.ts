@@ -13,5 +13,8 @@ export const cascadesDone: Migration = {
   when: 'always',
   sql: `
 ALTER TABLE cascade_pending ADD COLUMN deleted_commit numeric(20), ADD COLUMN deleted_prepare numeric(20), ADD COLUMN done_at timestamptz;
+-- The worker's passes and the backlog gauge read only what is still to do; the expiry, only what is done.
+CREATE INDEX cascade_pending_to_do ON cascade_pending (workspace_id, solution_id) WHERE done_at IS NULL;
+CREATE INDEX cascade_pending_done ON cascade_pending (done_at) WHERE done_at IS NOT NULL;
 `,
 };

@@ -35,14 +35,13 @@ describe('cascade worker', () => {
   });
   afterAll(() => stack?.close());
 
-  it('retries a failed cascade until every solution has its own deletion, with the deleting actor', async () => {
-    const workspaceId = 'ws_cascade1';
+  /** A workspace with solutions, deleted by bob, its deletion projected: its solutions' own deletions are the cascade to do. */
+  async function deletedWorkspace(workspaceId: string, solutionIds: string[]): Promise<void> {
     const [created] = decideWorkspace(
       { type: 'CreateWorkspace', id: workspaceId, organizationId: 'org_c', name: 'w', context: context('2026-01-01T00:00:00.000000Z') },
       initialWorkspaceState,
     );
     await stack.store.append(workspaceStream(workspaceId), 0n, stored([created!]));
-    const solutionIds = ['sol_c1', 'sol_c2', 'sol_c3'];
     for (const id of solutionIds) {
       const events = decideSolution(
         {
@@ -75,6 +74,12 @@ describe('cascade worker', () => {
     expect(await stack.progress.waitFor(position, 10_000)).toBe(true);
     const pending = await stack.pool.query('SELECT solution_id FROM cascade_pending WHERE workspace_id = $1', [workspaceId]);
     expect(pending.rows.map((row) => row.solution_id).sort()).toEqual(solutionIds);
+  }
+
+  it('retries a failed cascade until every solution has its own deletion, with the deleting actor', async () => {
+    const workspaceId = 'ws_cascade1';
+    const solutionIds = ['sol_c1', 'sol_c2', 'sol_c3'];
+    await deletedWorkspace(workspaceId, solutionIds);
 
     const worker = new CascadeWorker(flakyStore(stack.store, 2), stack.pool, silentLogger);
     try {
@@ -101,7 +106,7 @@ describe('cascade worker', () => {
     // nothing and still learns the latest of them: what it must see projected before it answers.
     const lateWorker = new CascadeWorker(stack.store, stack.pool, silentLogger);
     const versionsBefore = await Promise.all(solutionIds.map(async (id) => (await stack.store.readStream(solutionStream(id))).length));
-    expect(await lateWorker.drainWorkspace(workspaceId)).toEqual(latestPosition(deletions));
+    expect(await lateWorker.drainWorkspace(workspaceId)).toEqual({ latest: latestPosition(deletions) });
     expect(await Promise.all(solutionIds.map(async (id) => (await stack.store.readStream(solutionStream(id))).length))).toEqual(
       versionsBefore,
     );
@@ -109,5 +114,32 @@ describe('cascade worker', () => {
     // The last deletions are in the log once the to-do list is empty; the change feed shows them once projected.
     await eventually(async () => (await stack.store.readAll(stack.progress.current, 1)).length === 0);
     expect(await stack.differences()).toEqual([]);
+  });
+
+  it('tells a delete command whose cascade failed half-way where the deletions it did write are, after writing all it could', async () => {
+    const workspaceId = 'ws_cascade2';
+    const solutionIds = ['sol_d1', 'sol_d2', 'sol_d3'];
+    await deletedWorkspace(workspaceId, solutionIds);
+    const worker = new CascadeWorker(flakyStore(stack.store, 1), stack.pool, silentLogger);
+    const drained = await worker.drainWorkspace(workspaceId);
+    await worker.close();
+    expect(drained.failure).toBeInstanceOf(Error);
+    const written: GlobalPosition[] = [];
+    for (const id of solutionIds) {
+      const events = await stack.store.readStream(solutionStream(id));
+      if (events.length === 2) written.push(events[1]!.position);
+    }
+    expect(written).toHaveLength(2);
+    expect(drained.latest).toEqual(latestPosition(written));
+  });
+
+  it('does not write again a deletion listed as written, though its position is unknown', async () => {
+    // As an EventStoreDB older than 22.6 leaves it. Were it written again, the worker would find
+    // no deleted workspace of that id and take the row off.
+    await stack.pool.query(`INSERT INTO cascade_pending (solution_id, workspace_id, done_at) VALUES ('sol_nopos', 'ws_nopos', now())`);
+    const worker = new CascadeWorker(stack.store, stack.pool, silentLogger);
+    expect(await worker.drainWorkspace('ws_nopos')).toEqual({ latest: undefined });
+    await worker.close();
+    expect((await stack.pool.query(`SELECT 1 FROM cascade_pending WHERE solution_id = 'sol_nopos'`)).rowCount).toBe(1);
   });
 });
