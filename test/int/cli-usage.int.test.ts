@@ -1,4 +1,4 @@
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,7 +11,7 @@ import { migrate } from '../../src/infra/migrate.js';
 import { createTestDatabase } from '../support/database.js';
 import { EventStoreDBStandIn } from '../support/eventstoredb-standin/index.js';
 import { testSecret } from '../support/secret.js';
-import { runCli, type CliOutcome } from './cli-run.js';
+import { runCli, startCli, type CliOutcome } from './cli-run.js';
 
 const tools = {
   token: 'src/cli/token.ts',
@@ -211,12 +211,9 @@ describe('a tool interrupted while it connects', () => {
 
   it('exits 130, as after any Ctrl-C, not 2 for the connection it gave up', async () => {
     const { port } = silent.address() as net.AddressInfo;
-    const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-    const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: `postgresql://postgres@127.0.0.1:${port}/silent`, LOG_LEVEL: 'warn' };
-    for (const name of ['AUTH_JWT_SECRET', 'AUTH_JWKS_URL', 'EVENTSTORE_URL', 'NODE_OPTIONS']) delete env[name];
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli/verify.ts'], { cwd: root, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = startCli('src/cli/verify.ts', [], `postgresql://postgres@127.0.0.1:${port}/silent`);
     let stderr = '';
-    child.stderr.on('data', (chunk) => (stderr += chunk));
+    child.stderr!.on('data', (chunk) => (stderr += chunk));
     // Interrupted once its connection is on its way, not before the tool has begun.
     const deadline = Date.now() + 20_000;
     while (sockets.size === 0) {
