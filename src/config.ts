@@ -43,11 +43,12 @@ const optionalUrl = (protocols: RegExp, hint: string) =>
       .refine((value) => URL.canParse(value) && protocols.test(new URL(value).protocol), { message: hint })
       .optional(),
   );
-const integer = (fallback: number, min: number, max: number) =>
-  z.preprocess(
-    emptyAsUndefined,
-    z.string().regex(/^\d+$/, 'must be a whole number').transform(Number).pipe(z.number().int().min(min).max(max)).default(fallback),
-  );
+/** A whole number of the environment within its range, which its message names whichever way it is missed. */
+const wholeNumber = (min: number, max: number) => {
+  const range = `must be a whole number from ${min} to ${max}`;
+  return z.string().regex(/^\d+$/, range).transform(Number).pipe(z.number().int().min(min, range).max(max, range));
+};
+const integer = (fallback: number, min: number, max: number) => z.preprocess(emptyAsUndefined, wholeNumber(min, max).default(fallback));
 
 const environmentSchema = z
   .object({
@@ -114,10 +115,7 @@ const environmentSchema = z
     ),
     WEBHOOK_ALLOW_PRIVATE_TARGETS: z.preprocess(emptyAsUndefined, z.enum(['true', 'false']).default('false')),
     LOG_LEVEL: z.preprocess(emptyAsUndefined, z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info')),
-    METRICS_PORT: z.preprocess(
-      emptyAsUndefined,
-      z.string().regex(/^\d+$/, 'must be a whole number').transform(Number).pipe(z.number().int().min(1).max(65535)).optional(),
-    ),
+    METRICS_PORT: z.preprocess(emptyAsUndefined, wholeNumber(1, 65535).optional()),
     METRICS_HOST: optionalString,
     OTEL_EXPORTER_OTLP_ENDPOINT: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: optionalUrl(/^https?:$/, 'must be an http:// or https:// URL'),

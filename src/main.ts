@@ -133,7 +133,7 @@ async function main(): Promise<void> {
         '',
         `export TOKEN=${token}`,
         '',
-        `More tokens: ${config.dataDir === defaultDataDir ? '' : `DATA_DIR=${config.dataDir} `}npm run token -- --org org_other --scope "workspaces:read"`,
+        `More tokens: ${config.dataDir === defaultDataDir ? '' : `DATA_DIR=${config.dataDir} `}npm run -s token -- --org org_other --scope "workspaces:read"`,
         '',
       ].join('\n'),
     );

@@ -12,16 +12,7 @@ import { markRetried, nextStep, recordDeadLetter, type DeadLetter } from './dead
 import { bulkPaceChannel, encodeBulkPace, progressChannel, type BulkPace, type ProjectionProgress } from './progress.js';
 import { rebuildReadModel } from './rebuild/index.js';
 import { RowCache } from './row-cache.js';
-import { loadRows, readCheckpoint, readRowTables, writeChanges, type RowTables } from './tables.js';
-
-/**
- * The active projector's sign of life (table `projector_leader`, src/infra/migrations): it renews
- * `renewed_at` as it works. A process that is alive but stuck (frozen, paused, starved) keeps its
- * session and so its lock; a standby that sees no renewal for `staleAfterMs` ends that session,
- * which frees the lock and aborts whatever transaction the stuck projector had open, so it can
- * never write after it wakes.
- */
-const projectorName = 'read_model';
+import { loadRows, projectorName, readCheckpoint, readRowTables, writeChanges, type RowTables } from './tables.js';
 
 export type ProjectionRunnerOptions = {
   connectionString: string;
@@ -103,8 +94,8 @@ export class ProjectionRunner {
   private loop: Promise<void> | undefined;
   private active = false;
   private failures = 0;
-  /** When the sign of life was last renewed (`renew`), in ms since the epoch. */
-  private lastRenewal = 0;
+  /** When the sign of life was last renewed (`renew`), on the monotonic clock (a step of the wall clock must not skip or hasten one). */
+  private lastRenewal = -Infinity;
 
   constructor(private readonly options: ProjectionRunnerOptions) {}
 
@@ -490,9 +481,16 @@ export class ProjectionRunner {
     return { cache: new RowCache(this.options.cachedRows ?? 100_000), loader };
   }
 
-  /** Renews the sign of life (at most every `renewEveryMs`); a leader that was replaced finds out here. */
+  /**
+   * Renews the active projector's sign of life (at most every `renewEveryMs`); a leader that was
+   * replaced finds out here. The sign of life is `renewed_at` in table `projector_leader`
+   * (src/infra/migrations): a process that is alive but stuck (frozen, paused, starved) keeps its
+   * session and so its lock; a standby that sees no renewal for `staleAfterMs` ends that session,
+   * which frees the lock and aborts whatever transaction the stuck projector had open, so it can
+   * never write after it wakes.
+   */
   private async renew(client: pg.Client, claim = false): Promise<void> {
-    if (!claim && Date.now() - this.lastRenewal < (this.options.renewEveryMs ?? 500)) return;
+    if (!claim && performance.now() - this.lastRenewal < (this.options.renewEveryMs ?? 500)) return;
     const { rowCount } = await client.query(
       claim
         ? `INSERT INTO projector_leader (name, pid, backend_start, renewed_at)
@@ -502,7 +500,7 @@ export class ProjectionRunner {
       [projectorName],
     );
     if (rowCount !== 1) throw new LostLeadership('another projector took over');
-    this.lastRenewal = Date.now();
+    this.lastRenewal = performance.now();
   }
 
   /**

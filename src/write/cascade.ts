@@ -9,6 +9,8 @@ import { execute, type CommandObserver } from './execute.js';
 
 const parallelAppends = 8;
 const maxRetryDelayMs = 30_000;
+/** Solutions still to do read at a time by a pass. */
+const drainPage = 1000;
 /** How long a written deletion stays listed: far longer than any delete_workspace waits to answer. */
 const doneKeptFor = '1 hour';
 
@@ -107,17 +109,38 @@ export class CascadeWorker {
     while (this.draining) await this.draining;
   }
 
+  /**
+   * One pass over the list, in key order. A workspace whose cascade fails does not hold back the
+   * ones after it (a solution stream that keeps refusing would otherwise stop every later
+   * cascade for good): the pass goes on past it and fails at its end, to be retried.
+   */
   private async drainPass(): Promise<void> {
     await this.pool.query(`DELETE FROM cascade_pending WHERE done_at < now() - interval '${doneKeptFor}'`);
+    let failed = 0;
+    let firstFailure: unknown;
+    let after = { workspaceId: '', solutionId: '' };
     for (;;) {
       const { rows } = await this.pool.query<{ solution_id: string; workspace_id: string }>(
-        'SELECT solution_id, workspace_id FROM cascade_pending WHERE done_at IS NULL ORDER BY workspace_id, solution_id LIMIT 1000',
+        `SELECT solution_id, workspace_id FROM cascade_pending
+         WHERE done_at IS NULL AND (workspace_id, solution_id) > ($1, $2) ORDER BY workspace_id, solution_id LIMIT $3`,
+        [after.workspaceId, after.solutionId, drainPage],
       );
       const byWorkspace = new Map<string, string[]>();
       for (const row of rows) byWorkspace.set(row.workspace_id, [...(byWorkspace.get(row.workspace_id) ?? []), row.solution_id]);
-      for (const [workspaceId, solutionIds] of byWorkspace) await this.cascadeWorkspace(workspaceId, solutionIds, []);
-      if (rows.length < 1000) return;
+      for (const [workspaceId, solutionIds] of byWorkspace) {
+        try {
+          await this.cascadeWorkspace(workspaceId, solutionIds, []);
+        } catch (error) {
+          failed += 1;
+          firstFailure ??= error;
+          this.logger.warn({ err: messageOf(error), workspaceId }, 'cascade deletion failed; going on with the other workspaces');
+        }
+      }
+      if (rows.length < drainPage) break;
+      const last = rows[rows.length - 1]!;
+      after = { workspaceId: last.workspace_id, solutionId: last.solution_id };
     }
+    if (failed > 0) throw new Error(`${failed} workspace(s) not fully cascaded, the first: ${messageOf(firstFailure)}`);
   }
 
   /**
@@ -180,3 +203,5 @@ export class CascadeWorker {
     return last?.position;
   }
 }
+
+const messageOf = (error: unknown): string => (error instanceof Error ? error.message : String(error));

@@ -464,15 +464,20 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
       continue;
     } catch (error) {
       recent?.forget(streamName);
-      // A refused append wrote nothing: its outcome is known, and it is a 500, not a 503 to retry.
-      if (error instanceof EventStoreRefused) throw error;
-      // Nor did one that never left for want of a connection: a plain 503, its outcome known.
-      if (error instanceof EventStoreNotReached) throw error;
-      if (!(error instanceof StreamVersionConflict)) throw outcomeUnknown(error);
-      conflictedSince ??= performance.now();
-      const retrying = performance.now() - conflictedSince < conflictBudgetMs;
-      observer?.onConflict?.(retrying);
-      if (!retrying) throw unavailable('the record is being changed by too many requests at once; try again');
+      let failure: unknown;
+      if (error instanceof StreamVersionConflict) {
+        conflictedSince ??= performance.now();
+        const retrying = performance.now() - conflictedSince < conflictBudgetMs;
+        observer?.onConflict?.(retrying);
+        if (!retrying) failure = unavailable('the record is being changed by too many requests at once; try again');
+      } else failure = appendFailure(error);
+      if (failure !== undefined) {
+        // A command the decider refused answers its refusal, whatever became of the others' append.
+        decisions.forEach((decision, index) => {
+          if ('error' in decision) pending[index]!.fail(decision.error);
+        });
+        throw failure;
+      }
       attempt += 1;
     }
     // Another writer appended first: read what it appended, no more, and decide again on top of it.
@@ -494,6 +499,15 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
     }
     await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(2 ** attempt, 20)));
   }
+}
+
+/** What a group's commands answer when its append failed otherwise than by a conflict. */
+function appendFailure(error: unknown): unknown {
+  // A refused append wrote nothing: its outcome is known, and it is a 500, not a 503 to retry.
+  if (error instanceof EventStoreRefused) return error;
+  // Nor did one that never left for want of a connection: a plain 503, its outcome known.
+  if (error instanceof EventStoreNotReached) return error;
+  return outcomeUnknown(error);
 }
 
 /**

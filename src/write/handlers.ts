@@ -132,11 +132,11 @@ class WaitBudget {
   constructor(private remainingMs: number) {}
 
   async spend<T>(wait: (timeoutMs: number) => Promise<T>): Promise<T> {
-    const started = Date.now();
+    const started = performance.now();
     try {
       return await wait(this.remainingMs);
     } finally {
-      this.remainingMs = Math.max(0, this.remainingMs - (Date.now() - started));
+      this.remainingMs = Math.max(0, this.remainingMs - (performance.now() - started));
     }
   }
 }

@@ -227,6 +227,15 @@ describe('parseConfig', () => {
   });
 
   it.each([
+    ['PROJECTION_WAIT_MS', '-1', 'must be a whole number from 0 to 600000'],
+    ['PROJECTION_WAIT_MS', '600001', 'must be a whole number from 0 to 600000'],
+    ['METRICS_PORT', '0', 'must be a whole number from 1 to 65535'],
+    ['METRICS_PORT', 'x', 'must be a whole number from 1 to 65535'],
+  ])('given %s=%s, names the range the number must be in', (name, value, message) => {
+    expect(configError({ [name]: value })).toContain(`${name}: ${message}`);
+  });
+
+  it.each([
     ['DATABASE_URL', 'http://db:5432/app', 'must be a postgres:// or postgresql:// URL'],
     ['DATABASE_URL', 'not a url', 'must be a postgres:// or postgresql:// URL'],
     ['EVENTSTORE_URL', 'postgres://es:2113', 'must be an esdb:// or esdb+discover:// URL'],

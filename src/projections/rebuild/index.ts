@@ -71,10 +71,16 @@ export async function rebuildReadModel(options: RebuildOptions): Promise<Rebuild
     // scans of a few thousand rows by key; and the tables being built are in memory. A rebuild
     // that dies half-way is thrown away, so its commits need not wait for the disk. The bulk
     // load's counts and the deferred index builds sort or group whole tables: in memory, not spilled.
-    await client.query(
-      `SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off; SET synchronous_commit = off;
-       SET work_mem = '64MB'; SET maintenance_work_mem = '256MB'`,
-    );
+    try {
+      await client.query(
+        `SET max_parallel_workers_per_gather = 0; SET random_page_cost = 1.1; SET jit = off; SET synchronous_commit = off;
+         SET work_mem = '64MB'; SET maintenance_work_mem = '256MB'`,
+      );
+    } catch (error) {
+      // Not yet anyone's to close: its settings' failure is what is reported.
+      await client.end().catch(() => undefined);
+      throw error;
+    }
     return client;
   };
   // Three connections: the writer writes workspaces, counts and the checkpoint (and does the

@@ -206,7 +206,7 @@ export class WebhookDispatcher {
       }
     }
     while (this.attempts.size > 0) await Promise.all(this.attempts);
-    await this.recording;
+    while (this.recording) await this.recording;
   }
   /**
    * One round of enqueueing (see the class), each new delivery due unless its record has an
@@ -351,7 +351,9 @@ export class WebhookDispatcher {
 
   /** Records the outcomes waiting, one statement at a time: those that finish meanwhile go in the next. */
   private recordWaiting(): void {
-    this.recording ??= (async () => {
+    if (this.recording) return;
+    let leftToRunOut = false;
+    this.recording = (async () => {
       // The other attempts out, leased as a rule in the same round and answered within milliseconds, go in the same statement.
       if (this.attempts.size > 1 && !this.stopped.signal.aborted) await sleep(outcomeGatherMs);
       while (this.outcomes.length > 0) {
@@ -362,11 +364,16 @@ export class WebhookDispatcher {
           // Kept for the next try; their leases hold meanwhile. Once stopping, they are left to run out.
           this.outcomes.unshift(...outcomes);
           this.logger.warn({ err: (error as Error).message }, 'webhook outcomes not recorded; retrying');
-          if (this.stopped.signal.aborted) return;
+          leftToRunOut = this.stopped.signal.aborted;
+          if (leftToRunOut) return;
           await new Promise((resolve) => setTimeout(resolve, recordRetryMs));
         }
       }
-    })().finally(() => (this.recording = undefined));
+    })().finally(() => {
+      this.recording = undefined;
+      // An outcome that came after the loop's last look, while it was ending, found it still running.
+      if (!leftToRunOut && this.outcomes.length > 0) this.recordWaiting();
+    });
   }
 
   /**

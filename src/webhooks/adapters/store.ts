@@ -2,6 +2,7 @@ import { decodeCursor, encodeCursor } from '../../changes/cursor.js';
 import type { ChangeType } from '../../changes/feed.js';
 import { inTransaction, isoMicros, named, type Pool } from '../../infra/postgres.js';
 import { offsetOf, pageIdsAcrossOrganizations, toPage, type Page, type PageRequest } from '../../read/pages.js';
+import { projectorName } from '../../projections/tables.js';
 import { newWebhookSecret } from '../signature.js';
 import { promoteWaiting } from './queue.js';
 import {
@@ -46,9 +47,9 @@ export class WebhookStore {
          start_commit, start_prepare, created_at, updated_at)
        SELECT $1, $2, $3, $4, $5, true, $6, COALESCE(c.commit_position, 0), COALESCE(c.prepare_position, 0),
          COALESCE(c.commit_position, 0), COALESCE(c.prepare_position, 0), now(), now()
-       FROM (SELECT 1) one LEFT JOIN projection_checkpoints c ON c.name = 'read_model'
+       FROM (SELECT 1) one LEFT JOIN projection_checkpoints c ON c.name = $7
        RETURNING ${webhookColumns}`,
-      [this.newId(), fields.organization_id, fields.url, fields.types, fields.description, secret],
+      [this.newId(), fields.organization_id, fields.url, fields.types, fields.description, secret, projectorName],
     );
     this.onEnabled();
     return { ...present(rows[0]!), secret };

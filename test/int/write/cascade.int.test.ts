@@ -27,6 +27,19 @@ function flakyStore(store: EventStore, failures: number): EventStore {
   });
 }
 
+/** A store whose appends to `stream` always fail, as a stream that keeps refusing would. */
+function refusingStream(store: EventStore, stream: string): EventStore {
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      if (property === 'append') {
+        return (...args: Parameters<EventStore['append']>) =>
+          args[0] === stream ? Promise.reject(new Error('injected refusal')) : target.append(...args);
+      }
+      return Reflect.get(target, property, receiver);
+    },
+  });
+}
+
 describe('cascade worker', () => {
   let stack: Stack;
   beforeAll(async () => {
@@ -141,5 +154,28 @@ describe('cascade worker', () => {
     expect(await worker.drainWorkspace('ws_nopos')).toEqual({ latest: undefined });
     await worker.close();
     expect((await stack.pool.query(`SELECT 1 FROM cascade_pending WHERE solution_id = 'sol_nopos'`)).rowCount).toBe(1);
+  });
+
+  it('goes on past a workspace whose cascade keeps failing: the workspaces after it are cascaded', async () => {
+    await deletedWorkspace('ws_cascade3a', ['sol_e1', 'sol_e2']);
+    await deletedWorkspace('ws_cascade3b', ['sol_f1', 'sol_f2']);
+    const worker = new CascadeWorker(refusingStream(stack.store, solutionStream('sol_e1')), stack.pool, silentLogger);
+    try {
+      worker.drainAll();
+      await eventually(
+        async () =>
+          (await stack.pool.query(`SELECT 1 FROM cascade_pending WHERE done_at IS NULL AND workspace_id = 'ws_cascade3b'`)).rowCount === 0,
+        15_000,
+      );
+    } finally {
+      await worker.close();
+    }
+    const { rows } = await stack.pool.query(`SELECT solution_id FROM cascade_pending WHERE done_at IS NULL ORDER BY solution_id`);
+    expect(rows.map((row) => row.solution_id)).toEqual(['sol_e1']);
+    // Its deletion written by a worker whose store takes it, the list is empty again.
+    const healthy = new CascadeWorker(stack.store, stack.pool, silentLogger);
+    expect((await healthy.drainWorkspace('ws_cascade3a')).failure).toBeUndefined();
+    await healthy.close();
+    expect((await stack.pool.query('SELECT 1 FROM cascade_pending WHERE done_at IS NULL')).rowCount).toBe(0);
   });
 });

@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { workspaceDecider } from '../../../src/domain/deciders.js';
 import type { WorkspaceEvent } from '../../../src/domain/events.js';
 import type { WorkspaceCommand, WorkspaceState } from '../../../src/domain/workspace.js';
+import { EventStoreRefused } from '../../../src/eventstore/port.js';
 import { workspaceStream } from '../../../src/eventstore/stream-names.js';
 import { PostgresCommandIndex } from '../../../src/write/command-index.js';
 import { runGroup, type CommandJob, type Outcome } from '../../../src/write/execute.js';
@@ -85,6 +86,34 @@ describe('group commit of one record’s commands', () => {
     // One append: both answers name the same global position, that of its last event.
     expect(applied[0]?.position).toEqual(events[2]!.position);
     expect(applied[1]?.position).toEqual(events[2]!.position);
+  });
+
+  it('given a group whose append the store refuses, a command the decider refused answers its own refusal, the others the store’s', async () => {
+    const id = 'ws_group_store_refused';
+    const stream = workspaceStream(id);
+    const first = job(create(id));
+    await runGroup(stack.store, stream, [first.job], options);
+    const refusing = new Proxy(stack.store, {
+      get(store, property, receiver) {
+        if (property !== 'append') return Reflect.get(store, property, receiver) as unknown;
+        return () => Promise.reject(new EventStoreRefused('injected refusal'));
+      },
+    });
+    const group = [job(update(id, 'one')), job(create(id)), job(update(id, 'three'))];
+    // As the record queue does when a group throws: every job of it fails with that error, unless settled before.
+    await runGroup(
+      refusing,
+      stream,
+      group.map((entry) => entry.job),
+      options,
+    ).catch((error: unknown) => group.forEach((entry) => entry.job.fail(error)));
+    const [one, refused, three] = await Promise.all(group.map((entry) => entry.answer));
+    expect(refused).toEqual({ error: expect.objectContaining({ name: 'RecordIdTaken' }) });
+    expect([one, three]).toEqual([
+      { error: expect.objectContaining({ name: 'EventStoreRefused' }) },
+      { error: expect.objectContaining({ name: 'EventStoreRefused' }) },
+    ]);
+    expect((await stack.store.readStream(stream)).length).toBe(1);
   });
 
   it('given a keyed command that ran inside a group, its retry answers what it did there and appends nothing, with the command index and without it', async () => {

@@ -64,4 +64,23 @@ describe('createRateLimiter', () => {
     advance(10_000);
     expect(hit(limiter, 'user_a', 5)).toEqual([50, 50, 50, 50, 50]);
   });
+
+  it('given more callers in a minute than it keeps windows for, forgets only the oldest windows, not every caller’s', () => {
+    const limiter = createRateLimiter(1);
+    for (let caller = 0; caller < 50_000; caller++) limiter(`caller_${caller}`);
+    expect(hit(limiter, 'user_limited', 2)).toEqual([undefined, 60]);
+    for (let caller = 50_000; caller < 100_010; caller++) limiter(`caller_${caller}`);
+    expect(limiter('user_limited')).toBe(60);
+    expect(limiter('caller_0')).toBeUndefined();
+  });
+
+  it('given windows that have run out, drops them as new ones start', () => {
+    const limiter = createRateLimiter(1);
+    for (let caller = 0; caller < 100_000; caller++) limiter(`caller_${caller}`);
+    advance(60_000);
+    expect(hit(limiter, 'user_a', 2)).toEqual([undefined, 60]);
+    // The run-out windows went with user_a's start: every earlier caller starts afresh, none is over.
+    for (let caller = 0; caller < 100_000; caller += 25_000) expect(limiter(`caller_${caller}`)).toBeUndefined();
+    expect(limiter('user_a')).toBe(60);
+  });
 });
