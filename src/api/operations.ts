@@ -5,7 +5,7 @@ import type { WebhookStore } from '../webhooks/adapters/store.js';
 import { invalid, notFound, organizationNotGranted, ServiceError } from '../errors.js';
 import type { EventOf, HistoryItem, RecordKind } from '../audit/history.js';
 import type { FieldProvenance } from '../audit/provenance.js';
-import type { RecordDiff } from '../audit/provenance-reads.js';
+import type { RecordDiff } from '../audit/adapters/provenance-reads.js';
 import type { Checkpoint } from '../integrity/checkpoints.js';
 import type { RecordProof } from '../integrity/adapters/proofs.js';
 import type { Page, PageRequest } from '../read/pages.js';

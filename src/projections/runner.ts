@@ -485,9 +485,9 @@ export class ProjectionRunner {
    * Renews the active projector's sign of life (at most every `renewEveryMs`); a leader that was
    * replaced finds out here. The sign of life is `renewed_at` in table `projector_leader`
    * (src/infra/migrations): a process that is alive but stuck (frozen, paused, starved) keeps its
-   * session and so its lock; a standby that sees no renewal for `staleAfterMs` ends that session,
-   * which frees the lock and aborts whatever transaction the stuck projector had open, so it can
-   * never write after it wakes.
+   * session and so its lock; a standby that sees no renewal for `staleAfterMs`, while that session
+   * runs no statement (replaceStuckLeader), ends that session, which frees the lock and aborts
+   * whatever transaction the stuck projector had open, so it can never write after it wakes.
    */
   private async renew(client: pg.Client, claim = false): Promise<void> {
     if (!claim && performance.now() - this.lastRenewal < (this.options.renewEveryMs ?? 500)) return;
@@ -505,14 +505,18 @@ export class ProjectionRunner {
 
   /**
    * The lock is held, so its holder's session is alive; if that holder has not renewed for
-   * `staleAfterMs`, it is stuck: its session is ended, and the lock is free at the next try.
+   * `staleAfterMs`, and its session has been waiting for it, running no statement, as long, it is
+   * stuck: its session is ended, and the lock is free at the next try. A statement that runs long
+   * (a batch deleting a workspace of many solutions, one waiting for a lock an operator holds) is
+   * no sign of a stuck projector: another would run the same statement, or wait for the same lock.
    */
   private async replaceStuckLeader(client: pg.Client): Promise<void> {
     const staleAfterMs = this.options.staleAfterMs ?? 2500;
     const { rows } = await client.query<{ pid: number; silent_ms: number }>(
       `SELECT l.pid, (extract(epoch FROM now() - l.renewed_at) * 1000)::int AS silent_ms
        FROM projector_leader l JOIN pg_stat_activity a ON a.pid = l.pid AND a.backend_start = l.backend_start
-       WHERE l.name = $1 AND l.renewed_at < now() - make_interval(secs => $2::float8 / 1000)`,
+       WHERE l.name = $1 AND l.renewed_at < now() - make_interval(secs => $2::float8 / 1000)
+         AND a.state <> 'active' AND a.state_change < now() - make_interval(secs => $2::float8 / 1000)`,
       [projectorName, staleAfterMs],
     );
     const stuck = rows[0];

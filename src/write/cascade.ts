@@ -39,13 +39,18 @@ export class CascadeWorker {
   ) {}
 
   /**
-   * Writes the deletions still to do of a deleted workspace's solutions. `latest`: the latest
-   * position among all of its solutions' deletions known to be in the log, whoever wrote them:
-   * what the projection must reach before `delete_workspace` answers (a deletion no longer listed
-   * was written over an hour ago). `failure`: why some were not written (they are still to do),
-   * after writing every other.
+   * Writes the deletions still to do of a deleted workspace's solutions, starting none after
+   * `withinMs`. `latest`: the latest position among all of its solutions' deletions known to be in
+   * the log, whoever wrote them: what the projection must reach before `delete_workspace` answers
+   * (a deletion no longer listed was written over an hour ago). `failure`: why some were not
+   * written (they are still to do), after writing every other. `unfinished`: the time ran out with
+   * some still to do.
    */
-  async drainWorkspace(workspaceId: string): Promise<{ latest: GlobalPosition | undefined; failure?: unknown }> {
+  async drainWorkspace(
+    workspaceId: string,
+    withinMs = Infinity,
+  ): Promise<{ latest: GlobalPosition | undefined; failure?: unknown; unfinished?: true }> {
+    const deadline = performance.now() + withinMs;
     const { rows } = await this.pool.query<{
       solution_id: string;
       deleted_commit: string | null;
@@ -61,8 +66,8 @@ export class CascadeWorker {
     );
     const toDo = rows.filter((row) => !row.done).map((row) => row.solution_id);
     try {
-      await this.cascadeWorkspace(workspaceId, toDo, positions);
-      return { latest: latestPosition(positions) };
+      const left = await this.cascadeWorkspace(workspaceId, toDo, positions, deadline);
+      return left > 0 ? { latest: latestPosition(positions), unfinished: true } : { latest: latestPosition(positions) };
     } catch (failure) {
       return { latest: latestPosition(positions), failure };
     }
@@ -119,15 +124,20 @@ export class CascadeWorker {
     let failed = 0;
     let firstFailure: unknown;
     let after = { workspaceId: '', solutionId: '' };
-    for (;;) {
+    while (!this.closed) {
       const { rows } = await this.pool.query<{ solution_id: string; workspace_id: string }>(
         `SELECT solution_id, workspace_id FROM cascade_pending
          WHERE done_at IS NULL AND (workspace_id, solution_id) > ($1, $2) ORDER BY workspace_id, solution_id LIMIT $3`,
         [after.workspaceId, after.solutionId, drainPage],
       );
       const byWorkspace = new Map<string, string[]>();
-      for (const row of rows) byWorkspace.set(row.workspace_id, [...(byWorkspace.get(row.workspace_id) ?? []), row.solution_id]);
+      for (const row of rows) {
+        const solutionIds = byWorkspace.get(row.workspace_id);
+        if (solutionIds) solutionIds.push(row.solution_id);
+        else byWorkspace.set(row.workspace_id, [row.solution_id]);
+      }
       for (const [workspaceId, solutionIds] of byWorkspace) {
+        if (this.closed) break;
         try {
           await this.cascadeWorkspace(workspaceId, solutionIds, []);
         } catch (error) {
@@ -145,17 +155,23 @@ export class CascadeWorker {
 
   /**
    * Writes the deletions of `solutionIds`, listing each as written, and adds each one's position
-   * to `positions`. A failed one does not stop the others: it fails the whole once they are done.
+   * to `positions`; starts none after `deadline` (on the monotonic clock), and answers how many are
+   * left. A failed one does not stop the others: it fails the whole once they are done.
    */
-  private async cascadeWorkspace(workspaceId: string, solutionIds: string[], positions: (GlobalPosition | undefined)[]): Promise<void> {
-    if (solutionIds.length === 0) return;
+  private async cascadeWorkspace(
+    workspaceId: string,
+    solutionIds: string[],
+    positions: (GlobalPosition | undefined)[],
+    deadline = Infinity,
+  ): Promise<number> {
+    if (solutionIds.length === 0) return 0;
     const deletion = (await readRecord(this.store, workspaceStream(workspaceId))).events
       .map((logged) => logged.event)
       .find((event) => event.type === 'WorkspaceDeleted');
     if (!deletion) {
       this.logger.error({ workspaceId, solutionIds }, 'cascade pending for a workspace that is not deleted; dropped');
       await this.pool.query('DELETE FROM cascade_pending WHERE solution_id = ANY($1)', [solutionIds]);
-      return;
+      return 0;
     }
     const context: CommandContext = {
       actor: deletion.metadata.actor,
@@ -164,7 +180,7 @@ export class CascadeWorker {
     };
     const queue = [...solutionIds];
     const worker = async () => {
-      for (let solutionId = queue.pop(); solutionId !== undefined; solutionId = queue.pop()) {
+      for (let solutionId = this.next(queue, deadline); solutionId !== undefined; solutionId = this.next(queue, deadline)) {
         const position = await this.cascadeSolution(solutionId, context);
         positions.push(position);
         await this.pool.query(
@@ -176,6 +192,15 @@ export class CascadeWorker {
     const workers = await Promise.allSettled(Array.from({ length: Math.min(parallelAppends, solutionIds.length) }, worker));
     const failed = workers.find((outcome) => outcome.status === 'rejected');
     if (failed) throw failed.reason;
+    return queue.length;
+  }
+
+  /**
+   * The next solution of `queue` to delete, unless `deadline` has passed or the worker is closing:
+   * a stop waits for the deletions being written, not for a whole pass (they stay listed for the next start).
+   */
+  private next(queue: string[], deadline: number): string | undefined {
+    return !this.closed && performance.now() < deadline ? queue.pop() : undefined;
   }
 
   /**

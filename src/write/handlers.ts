@@ -211,17 +211,25 @@ export class CommandHandlers {
     const budget = new WaitBudget(this.deps.projectionWaitMs);
     const projected = await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, outcome.position, timeoutMs));
     // The solutions are already hidden; their own deletion events are written before answering,
-    // or, if that fails, in the background: the deletion itself is durable and is not reported as failed.
-    const cascade = await this.deps.cascade.drainWorkspace(id).catch((failure: unknown) => ({ latest: undefined, failure }));
+    // within what is left of the budget, or, if that fails or runs out, in the background: the
+    // deletion itself is durable and is not reported as failed.
+    const cascade = await budget.spend((withinMs) =>
+      this.deps.cascade.drainWorkspace(id, withinMs).catch((failure: unknown) => ({ latest: undefined, failure, unfinished: undefined })),
+    );
     if (cascade.failure !== undefined) {
       this.deps.logger.warn({ err: (cascade.failure as Error).message, workspaceId: id }, 'cascade deferred to the background');
+      this.deps.cascade.drainAll();
+    } else if (cascade.unfinished) {
+      // Some solutions' deletions are not written yet: the change feed does not show them when it answers.
+      caller.onProjectionBehind?.();
       this.deps.cascade.drainAll();
     }
     // The answer acknowledges the deletions in the log too: the change feed shows them once it is
     // received (contract §14). Within what is left of the one wait a command has (§11); a
     // projection already found behind has said so.
     const cascaded = cascade.latest;
-    if (projected && cascaded) await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, cascaded, timeoutMs));
+    if (projected && cascaded && !cascade.unfinished)
+      await budget.spend((timeoutMs) => this.awaitProjection(caller, outcome, cascaded, timeoutMs));
     return { id };
   }
 

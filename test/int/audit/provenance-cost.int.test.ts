@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { workspaceAsOf } from '../../../src/audit/history.js';
-import { recordDiff, recordProvenance } from '../../../src/audit/provenance-reads.js';
+import { workspaceAsOf } from '../../../src/audit/adapters/history-reads.js';
+import { recordDiff, recordProvenance } from '../../../src/audit/adapters/provenance-reads.js';
 import type { Envelope, WorkspaceEvent } from '../../../src/domain/events.js';
 import { fromMicros } from '../../../src/domain/timestamp.js';
 import type { EventStore, NewEvent } from '../../../src/eventstore/port.js';

@@ -116,6 +116,39 @@ describe('projector failures', () => {
     expect(await stack.differences()).toEqual([]);
   });
 
+  it('keeps its leadership through a batch that waits on a lock longer than a standby waits for a sign of life, then applies it', async () => {
+    stack = await startStack();
+    const patience = { staleAfterMs: 300, renewEveryMs: 100, standbyRetryMs: 50 };
+    const first = stack.runner(patience);
+    const second = stack.runner(patience);
+    first.start();
+    await eventually(() => first.isActive);
+    second.start();
+    const leaderPid = async () => (await stack.pool.query<{ pid: number }>('SELECT pid FROM projector_leader')).rows[0]?.pid;
+    const leader = await leaderPid();
+    // An operator's session holding the table: the batch's write waits for it, its statement running all along.
+    const operator = await stack.pool.connect();
+    try {
+      await operator.query('BEGIN');
+      await operator.query('LOCK TABLE workspaces IN EXCLUSIVE MODE');
+      const writer = new RecordWriter('long-batch', 'org_b', seededRandom(12));
+      const last = await appendMany(stack, writer, 1);
+      await eventually(async () => {
+        const { rows } = await stack.pool.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, [leader]);
+        return rows.length === 1;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 5 * patience.staleAfterMs));
+      expect({ leader: await leaderPid(), first: first.isActive, second: second.isActive }).toEqual({ leader, first: true, second: false });
+      await operator.query('COMMIT');
+      await eventually(caughtUpTo(stack, last));
+    } finally {
+      await operator.query('ROLLBACK').catch(() => undefined);
+      operator.release();
+    }
+    expect(await leaderPid()).toBe(leader);
+    expect(await stack.differences()).toEqual([]);
+  });
+
   it('refuses to move a checkpoint that another projector already moved', async () => {
     stack = await startStack();
     const start = await readCheckpoint(stack.pool);

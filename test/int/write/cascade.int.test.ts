@@ -146,6 +146,67 @@ describe('cascade worker', () => {
     expect(drained.latest).toEqual(latestPosition(written));
   });
 
+  it('starts no deletion once its time is up: tells where those it wrote are, and that some are left to do', async () => {
+    const workspaceId = 'ws_cascade4';
+    const solutionIds = Array.from({ length: 24 }, (_, n) => `sol_g${String(n).padStart(2, '0')}`);
+    await deletedWorkspace(workspaceId, solutionIds);
+    const slow = new Proxy(stack.store, {
+      get(target, property, receiver) {
+        if (property !== 'append') return Reflect.get(target, property, receiver) as unknown;
+        return async (...args: Parameters<EventStore['append']>) => {
+          await new Promise((resolve) => setTimeout(resolve, 60));
+          return target.append(...args);
+        };
+      },
+    });
+    const worker = new CascadeWorker(slow, stack.pool, silentLogger);
+    const drained = await worker.drainWorkspace(workspaceId, 100);
+    await worker.close();
+    const written: GlobalPosition[] = [];
+    for (const id of solutionIds) {
+      const events = await stack.store.readStream(solutionStream(id));
+      if (events.length === 2) written.push(events[1]!.position);
+    }
+    expect(written.length).toBeGreaterThan(0);
+    expect(written.length).toBeLessThan(solutionIds.length);
+    expect(drained).toEqual({ latest: latestPosition(written), unfinished: true });
+    const { rows } = await stack.pool.query('SELECT 1 FROM cascade_pending WHERE workspace_id = $1 AND done_at IS NULL', [workspaceId]);
+    expect(rows).toHaveLength(solutionIds.length - written.length);
+    const healthy = new CascadeWorker(stack.store, stack.pool, silentLogger);
+    expect(await healthy.drainWorkspace(workspaceId)).toEqual({ latest: expect.anything() });
+    await healthy.close();
+  });
+
+  it('closed in the middle of a pass, starts no more deletions and leaves the rest listed for the next start', async () => {
+    const workspaceId = 'ws_cascade5';
+    const solutionIds = Array.from({ length: 40 }, (_, n) => `sol_h${String(n).padStart(2, '0')}`);
+    await deletedWorkspace(workspaceId, solutionIds);
+    let appended = 0;
+    const slow = new Proxy(stack.store, {
+      get(target, property, receiver) {
+        if (property !== 'append') return Reflect.get(target, property, receiver) as unknown;
+        return async (...args: Parameters<EventStore['append']>) => {
+          await new Promise((resolve) => setTimeout(resolve, 100));
+          appended += 1;
+          return target.append(...args);
+        };
+      },
+    });
+    const worker = new CascadeWorker(slow, stack.pool, silentLogger);
+    worker.drainAll();
+    await eventually(() => appended > 0);
+    await worker.close();
+    const { rows } = await stack.pool.query('SELECT 1 FROM cascade_pending WHERE workspace_id = $1 AND done_at IS NULL', [workspaceId]);
+    expect(rows.length).toBeGreaterThan(0);
+    const written = (
+      await Promise.all(solutionIds.map(async (id) => (await stack.store.readStream(solutionStream(id))).length === 2))
+    ).filter(Boolean).length;
+    expect(written + rows.length).toBe(solutionIds.length);
+    const next = new CascadeWorker(stack.store, stack.pool, silentLogger);
+    expect((await next.drainWorkspace(workspaceId)).failure).toBeUndefined();
+    await next.close();
+  });
+
   it('does not write again a deletion listed as written, though its position is unknown', async () => {
     // As an EventStoreDB older than 22.6 leaves it. Were it written again, the worker would find
     // no deleted workspace of that id and take the row off.

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { recordDiff, recordProvenance } from '../../../src/audit/provenance-reads.js';
+import { recordDiff, recordProvenance } from '../../../src/audit/adapters/provenance-reads.js';
 import { applyJsonPatch } from '../../support/json-patch.js';
 import { startInMemoryApp, type InMemoryApp } from './in-memory-app.js';
 

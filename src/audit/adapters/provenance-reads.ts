@@ -1,16 +1,16 @@
-import { notFound } from '../errors.js';
-import { readRecord, readRecordRange, type LoggedEvent } from '../eventstore/event-log.js';
-import type { EventStore } from '../eventstore/port.js';
-import { solutionStream, workspaceStream } from '../eventstore/stream-names.js';
-import { workspaceDecider } from '../domain/deciders.js';
-import type { Envelope, SolutionEvent, WorkspaceEvent } from '../domain/events.js';
-import type { Solution, SolutionState } from '../domain/solution.js';
-import type { Timestamp } from '../domain/timestamp.js';
-import type { Workspace, WorkspaceState } from '../domain/workspace.js';
-import { chainHashes, storedHashes, type EventHashes } from '../integrity/hashes.js';
-import { foldRecord } from '../write/load-record.js';
-import type { SnapshotStore } from '../write/snapshots.js';
-import { historyItem, type EventOf, type HistoryItem, type RecordKind } from './history.js';
+import { notFound } from '../../errors.js';
+import { readRecord, readRecordRange, type LoggedEvent } from '../../eventstore/event-log.js';
+import type { EventStore } from '../../eventstore/port.js';
+import { solutionStream, workspaceStream } from '../../eventstore/stream-names.js';
+import { workspaceDecider } from '../../domain/deciders.js';
+import type { Envelope, SolutionEvent, WorkspaceEvent } from '../../domain/events.js';
+import type { Solution, SolutionState } from '../../domain/solution.js';
+import type { Timestamp } from '../../domain/timestamp.js';
+import type { Workspace, WorkspaceState } from '../../domain/workspace.js';
+import { chainHashes, storedHashes, type EventHashes } from '../../integrity/hashes.js';
+import { foldRecord } from '../../write/load-record.js';
+import type { SnapshotStore } from '../../write/snapshots.js';
+import { historyItem, type EventOf, type HistoryItem, type RecordKind } from '../history.js';
 import {
   fieldsAt,
   foldUntil,
@@ -24,11 +24,11 @@ import {
   type ProvenanceState,
   type RecordFold,
   type RecordPatchOperation,
-} from './provenance.js';
+} from '../provenance.js';
 
 /**
  * Provenance and differences (contract §17) read from the log through the port, as history and
- * `as_of` are (history.ts), so they work on either store and on deleted records. Each costs what
+ * `as_of` are (history-reads.ts), so they work on either store and on deleted records. Each costs what
  * the instants asked about cost, not the record's age: the state at an instant is folded from the
  * latest snapshot at or before it, and a diff then reads on only up to its second instant.
  * Provenance needs, for every field, the event that last changed it, which may be the record's
