@@ -14,7 +14,7 @@ import { ChangeStreams, wantsEventStream } from './change-stream.js';
 import { drainConnectionsOnClose } from './connection-drain.js';
 import { answeredErrorFields, errorBody, sendError, sendServiceError, TooManyHeaders } from './errors.js';
 import { IdempotencyKeys } from './idempotency.js';
-import { acceptJsonBodies, inexactNumbersOf } from './json-body.js';
+import { acceptJsonBodies, inexactNumbersOf, moreInexactNumbersThanNamed } from './json-body.js';
 import { runKeyedCommand } from './keyed-command.js';
 import type { PublicJwk } from '../integrity/checkpoints.js';
 import {
@@ -270,7 +270,8 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         throw new ServiceError('bad_request', 'the body must be an object with a string "query" and an object "params", nothing else');
       }
       const { query, params } = envelope.data;
-      if (!isOperationName(query)) throw new ServiceError('unknown_operation', `unknown operation "${query}"`);
+      // Named back as sent, up to a length: a megabyte of name must not come back as a megabyte of error.
+      if (!isOperationName(query)) throw new ServiceError('unknown_operation', `unknown operation "${shortened(query, 100)}"`);
       const operation = operations[query];
       // A malformed key is a bad_request, which comes before the scope check (contract §2).
       const key = operation.kind === 'command' ? IdempotencyKeys.parseKey(request.headers['idempotency-key']) : undefined;
@@ -287,7 +288,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
       const problems = [...invalid, ...inexactNumbersOf(request.body).filter((detail) => !paths.has(detail.path))];
       if (problems.length > 0) {
         const shown = problems.slice(0, shownProblems);
-        const told = problems.length > shown.length ? `the first ${shown.length} of ${problems.length} problems` : undefined;
+        // Inexact numbers are looked for only up to a hundred: beyond, their count is not known.
+        const more = moreInexactNumbersThanNamed(request.body) ? 'more than ' : '';
+        const told = problems.length > shown.length || more ? `the first ${shown.length} of ${more}${problems.length} problems` : undefined;
         throw new ServiceError('validation_error', told ? `invalid parameters (${told})` : 'invalid parameters', shown);
       }
       const caller: Caller = {
@@ -337,3 +340,9 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   return app;
 }
+
+/** `text` up to `length` characters (whole code points: twice as many UTF-16 units hold at least that many), marked with "…" where cut. */
+const shortened = (text: string, length: number): string => {
+  const points = [...text.slice(0, 2 * length)];
+  return points.length > length || text.length > 2 * length ? `${points.slice(0, length).join('')}…` : text;
+};

@@ -10,8 +10,11 @@ import { ServiceError, type ErrorDetail } from '../errors.js';
  */
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** Numbers that would not be stored as sent, by their path in the body (`params.attributes.x`). */
-const inexactNumbers = new WeakMap<object, ErrorDetail[]>();
+/**
+ * Numbers that would not be stored as sent, by their path in the body (`params.attributes.x`), and
+ * whether the body holds more than those named.
+ */
+const inexactNumbers = new WeakMap<object, { named: ErrorDetail[]; more: boolean }>();
 
 export function parseJsonBody(raw: Buffer): unknown {
   let text: string;
@@ -29,14 +32,19 @@ export function parseJsonBody(raw: Buffer): unknown {
   }
   if (body !== null && typeof body === 'object' && mayHoldInexactNumbers(text)) {
     const inexact = findInexactNumbers(text);
-    if (inexact.length > 0) inexactNumbers.set(body, inexact);
+    if (inexact.length > 0) inexactNumbers.set(body, { named: inexact.slice(0, namedNumbers), more: inexact.length > namedNumbers });
   }
   return body;
 }
 
 /** The numbers of a parsed body that cannot be kept exactly (empty for most bodies). */
 export function inexactNumbersOf(body: unknown): ErrorDetail[] {
-  return (body !== null && typeof body === 'object' && inexactNumbers.get(body)) || [];
+  return (body !== null && typeof body === 'object' && inexactNumbers.get(body)?.named) || [];
+}
+
+/** Whether a parsed body holds more inexact numbers than `inexactNumbersOf` names. */
+export function moreInexactNumbersThanNamed(body: unknown): boolean {
+  return body !== null && typeof body === 'object' && inexactNumbers.get(body)?.more === true;
 }
 
 /**
@@ -60,7 +68,7 @@ const numberLiteral = /-?\d+(\.\d+)?([eE][+-]?\d+)?/y;
 const namedNumbers = 100;
 const namedLevels = 40;
 
-/** Walks valid JSON text, tracking where it is, and checks each number literal, up to `namedNumbers` found. */
+/** Walks valid JSON text, tracking where it is, and checks each number literal, up to one more than `namedNumbers` found. */
 function findInexactNumbers(text: string): ErrorDetail[] {
   const found: ErrorDetail[] = [];
   const path: Container[] = [];
@@ -69,7 +77,7 @@ function findInexactNumbers(text: string): ErrorDetail[] {
     return path.length > namedLevels ? `${named.join('.')}.…` : named.join('.');
   };
   let expectKey = false;
-  for (let at = 0; at < text.length && found.length < namedNumbers;) {
+  for (let at = 0; at < text.length && found.length <= namedNumbers;) {
     const char = text[at]!;
     if (char === '"') {
       const end = endOfString(text, at);

@@ -1,4 +1,4 @@
-import { createPatch, type Operation } from 'rfc6902';
+import { createPatch, type Operation, type Pointer } from 'rfc6902';
 import { solutionDecider, workspaceDecider } from '../domain/deciders.js';
 import type { Envelope, SolutionEvent, WorkspaceEvent } from '../domain/events.js';
 import type { Solution, SolutionState } from '../domain/solution.js';
@@ -180,6 +180,57 @@ export function recordPatch(from: object | null, to: object | null): RecordPatch
   if (from === null && to === null) return [];
   if (from === null) return [{ op: 'add', path: '', value: to }];
   if (to === null) return [{ op: 'remove', path: '' }];
-  // rfc6902's diff emits only add, remove and replace (its diff.js); the narrowing says so for the API's schema.
-  return createPatch(withSortedKeys(from), withSortedKeys(to)) as RecordPatchOperation[];
+  // rfc6902's diff emits only add, remove and replace (its diff.js), and so does boundedArrays; the narrowing says so for the API's schema.
+  return createPatch(withSortedKeys(from), withSortedKeys(to), boundedArrays) as RecordPatchOperation[];
+}
+
+/**
+ * Pairs of elements rfc6902's array diff may compare. It finds the fewest operations by an edit
+ * distance over every pair, each pair diffed whole, and recursing once per element: an array of a
+ * few thousand elements exhausted the stack, and two of a thousand documentation blocks the memory.
+ */
+const maxComparedPairs = 2500;
+
+/**
+ * rfc6902's array diff where it is cheap; beyond `maxComparedPairs`, the elements both arrays
+ * begin and end with alike are kept, and what lies between is diffed by the library if that is
+ * cheap, else element by element at the same index, then added or removed at the end: a patch as
+ * valid, not always as short, in time and memory linear in the arrays.
+ */
+function boundedArrays(input: unknown, output: unknown, pointer: Pointer): Operation[] | undefined {
+  if (!Array.isArray(input) || !Array.isArray(output) || input.length * output.length <= maxComparedPairs) return undefined;
+  let start = 0;
+  while (start < input.length && start < output.length && sameJson(input[start], output[start])) start++;
+  let end = 0;
+  while (
+    end < input.length - start &&
+    end < output.length - start &&
+    sameJson(input[input.length - 1 - end], output[output.length - 1 - end])
+  )
+    end++;
+  const from = input.slice(start, input.length - end);
+  const to = output.slice(start, output.length - end);
+  // Operations on the middle alone, at its own indices: shifted past the elements kept before it. The
+  // library names the middle's end "-" (RFC 6901), which is not the whole array's end: its index then.
+  const at = (index: number, rest = '') => `${pointer.add(String(start + index)).toString()}${rest}`;
+  const shifted = (operations: Operation[]) => {
+    let length = from.length;
+    return operations.map((operation) => {
+      const [, token, rest] = /^\/(\d+|-)(.*)$/.exec(operation.path)!;
+      const index = token === '-' ? length : Number(token);
+      if (rest === '' && operation.op === 'add') length++;
+      if (rest === '' && operation.op === 'remove') length--;
+      return { ...operation, path: at(index, rest) };
+    });
+  };
+  if (from.length * to.length <= maxComparedPairs) return shifted(createPatch(from, to, boundedArrays));
+  const operations: Operation[] = [];
+  const shared = Math.min(from.length, to.length);
+  for (let index = 0; index < shared; index++) {
+    for (const operation of createPatch(from[index], to[index], boundedArrays))
+      operations.push({ ...operation, path: at(index, operation.path) });
+  }
+  for (let index = shared; index < to.length; index++) operations.push({ op: 'add', path: at(index), value: to[index] });
+  for (let index = from.length - 1; index >= shared; index--) operations.push({ op: 'remove', path: at(index) });
+  return operations;
 }

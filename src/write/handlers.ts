@@ -177,6 +177,11 @@ export class CommandHandlers {
     });
   }
 
+  /** How many commands wait their turn on a record's stream, not counting the group being run. */
+  commandsWaitingOn(streamName: string): number {
+    return this.queues.waitingOn(streamName);
+  }
+
   async createWorkspace(params: CreateWorkspaceParams, caller: Caller): Promise<Workspace> {
     if (!caller.organizations.has(params.organization_id)) {
       throw organizationNotGranted();

@@ -37,6 +37,13 @@ const enqueuedPerRound = 100;
 /** Attempts one instance has out or not yet recorded at once; and the most leased by one statement. */
 const attemptsAtOnce = 256;
 const leasedPerRound = 128;
+/**
+ * How long a stop lets the attempts out finish. A receiver that answers late must not hold the
+ * service's stop for the attempt's whole timeout (15 s by default, beyond the time a stop is given):
+ * the attempts still out then are recorded as failed, and made again, as after a timeout.
+ */
+const attemptGraceOnStopMs = 2000;
+
 /** After the database refused to record outcomes: when to try again (they are kept meanwhile). */
 const recordRetryMs = 1000;
 /** Sweeps for waiting deliveries left without a due head by a process that died: every this many poll intervals. */
@@ -102,8 +109,10 @@ type Outcome = {
  *   while a statement records the previous ones are recorded together by the next, each only
  *   under its own lease id. An instance killed mid-attempt leaves the lease to run out: the attempt
  *   is made again, with the same `webhook-id` (the change's id). That, an instance frozen
- *   mid-attempt past the attempt's timeout (it counts the answer that came meanwhile as none), and
- *   an outcome lost with the database connection are the only ways one is made twice.
+ *   mid-attempt past the attempt's timeout (it counts the answer that came meanwhile as none), an
+ *   attempt still unanswered 2 s after the service was told to stop (cut short, counted as failed,
+ *   as a timeout is), and an outcome lost with the database connection are the only ways one is
+ *   made twice.
  *
  * The enqueueing, leasing and recording statements run unnamed, planned at each call: prepared,
  * PostgreSQL moved to generic plans for them after five calls, and its CPU per create rose tenfold
@@ -113,6 +122,8 @@ type Outcome = {
 export class WebhookDispatcher {
   private readonly agent: Agent;
   private readonly stopped = new AbortController();
+  /** Aborted `attemptGraceOnStopMs` after a stop: the attempts still out then end as failed, to be made again. */
+  private readonly attemptsCut = new AbortController();
   private running: Promise<void> | undefined;
   /** Attempts out, and outcomes not yet recorded: what counts against {@link attemptsAtOnce}. */
   private unrecorded = 0;
@@ -152,7 +163,12 @@ export class WebhookDispatcher {
   async stop(): Promise<void> {
     this.stopped.abort();
     this.wake();
-    await this.running;
+    const cut = setTimeout(() => this.attemptsCut.abort(), attemptGraceOnStopMs);
+    try {
+      await this.running;
+    } finally {
+      clearTimeout(cut);
+    }
     await this.agent.close();
   }
 
@@ -322,7 +338,7 @@ export class WebhookDispatcher {
           body,
           headersTimeout: this.settings.timeoutMs,
           bodyTimeout: this.settings.timeoutMs,
-          signal: AbortSignal.timeout(this.settings.timeoutMs),
+          signal: AbortSignal.any([AbortSignal.timeout(this.settings.timeoutMs), this.attemptsCut.signal]),
         });
         status = response.statusCode;
         // The answer's body is not needed; reading it frees the connection for the next delivery.
@@ -330,7 +346,11 @@ export class WebhookDispatcher {
         if (status >= 300 && status < 400) problem = `redirect (${status}) not followed`;
         else if (outcomeOf(status) === 'failed') problem = `answered ${status}`;
       } catch (error) {
-        problem = (error as Error).name === 'TimeoutError' ? `no answer within ${this.settings.timeoutMs} ms` : (error as Error).message;
+        problem = this.attemptsCut.signal.aborted
+          ? 'the service stopped before the answer came'
+          : (error as Error).name === 'TimeoutError'
+            ? `no answer within ${this.settings.timeoutMs} ms`
+            : (error as Error).message;
       }
     }
     const outcome = problem === undefined ? outcomeOf(status) : status === 410 ? 'gone' : 'failed';

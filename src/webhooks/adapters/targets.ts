@@ -30,7 +30,9 @@ const literalAddress = (hostname: string) => hostname.replace(/^\[(.*)\]$/, '$1'
 export function targetProblem(url: string, allowPrivate: boolean): string | undefined {
   if (!URL.canParse(url)) return 'must be an absolute URL';
   const parsed = new URL(url);
-  if (parsed.username || parsed.password) return 'must not carry credentials';
+  // Empty credentials (`https://@host/`, `https://:@host/`) leave the parsed URL none, but the URL is stored as written.
+  const authority = /^[a-z][a-z0-9+.-]*:\/\/([^/\\?#]*)/i.exec(url)?.[1] ?? '';
+  if (parsed.username || parsed.password || authority.includes('@')) return 'must not carry credentials';
   // The URL parser takes it (`:0`, `:00`), but no connection can be made to it.
   if (parsed.port === '0') return 'must not name port 0';
   if (allowPrivate) {

@@ -569,4 +569,24 @@ describe('webhook delivery', () => {
     expect(received.every((r) => r.verified)).toBe(true);
     expect(slowArrived).toBe(4);
   });
+
+  it('stopped while an attempt waits for a receiver that does not answer, cuts it short and records it to be made again', async () => {
+    slow = new Promise(() => undefined);
+    slowArrived = 0;
+    const hook = await store().create({ organization_id: 'org_six', url: `${url}slow`, types: ['WorkspaceCreated'], description: '' });
+    // An attempt would wait a minute for its answer: a stop must not.
+    const dispatcher = new WebhookDispatcher(pool, idle, settings({ timeoutMs: 60_000 }), logger, {}, 20);
+    started(dispatcher);
+    await project('org_six', 1);
+    await until(() => slowArrived === 1);
+    const stopping = stopped(dispatcher);
+    const outcome = await Promise.race([
+      stopping.then(() => 'stopped'),
+      new Promise((resolve) => setTimeout(() => resolve('waiting'), 10_000)),
+    ]);
+    slow = undefined;
+    expect(outcome).toBe('stopped');
+    const { rows } = await pool.query('SELECT status, attempts, last_error FROM webhook_deliveries WHERE webhook_id = $1', [hook.id]);
+    expect(rows).toEqual([{ status: 'pending', attempts: 1, last_error: expect.stringContaining('stopped') }]);
+  });
 });

@@ -94,6 +94,24 @@ describe('an answer to a body of many faults', () => {
       payload,
     });
 
+  it('given more inexact numbers than it names, says there were more than those it lists', async () => {
+    const inexact = Array.from({ length: 150 }, (_, index) => `"n${index}": 1.000000000000000001`).join(', ');
+    const response = await post(
+      `{"query": "create_workspace", "params": {"organization_id": "org_unit", "name": "n", "attributes": {${inexact}}}}`,
+    );
+    expect(response.statusCode).toBe(400);
+    const { error } = response.json();
+    expect(error).toMatchObject({ code: 'validation_error', message: 'invalid parameters (the first 100 of more than 100 problems)' });
+    expect(error.details).toHaveLength(100);
+  });
+
+  it('given an unknown operation of a megabyte, names it back cut short', async () => {
+    const response = await post(JSON.stringify({ query: `${'🙂'.repeat(150)}${'x'.repeat(1_000_000)}`, params: {} }));
+    expect(response.statusCode).toBe(400);
+    const { error } = response.json();
+    expect(error).toMatchObject({ code: 'unknown_operation', message: `unknown operation "${'🙂'.repeat(100)}…"` });
+  });
+
   it('lists the first 100 problems, and says how many there were', async () => {
     const unknown = Object.fromEntries(Array.from({ length: 5000 }, (_, index) => [`unknown_${index}`, 1]));
     const response = await post(JSON.stringify({ query: 'list_workspaces', params: { page: 1, size: 1, ...unknown } }));

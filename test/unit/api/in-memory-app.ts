@@ -16,6 +16,8 @@ const secret = 'unit-test-secret-that-is-long-enough!!';
 export type InMemoryApp = {
   app: Awaited<ReturnType<typeof buildApp>>;
   store: InMemoryEventStore;
+  /** The command side, for what a test must see of it (how many commands wait on a record). */
+  commands: CommandHandlers;
   /** A token for `org_unit` with every scope unless `options` say otherwise. */
   token: (options?: Partial<TokenClaims>) => Promise<string>;
   close: () => Promise<void>;
@@ -63,6 +65,7 @@ export async function startInMemoryApp(
   return {
     app,
     store,
+    commands,
     token: (overrides = {}) => mintToken(secret, { subject: 'unit-user', organizations: ['org_unit'], ...overrides }),
     close: async () => {
       await app.close();

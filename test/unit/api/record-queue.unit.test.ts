@@ -43,28 +43,45 @@ describe('commands on one record wait their turn and are appended together', () 
         payload: JSON.stringify({ query, params }),
       });
     const created = (await call('create_workspace', { organization_id: 'org_unit', name: 'hot' })).json().data;
-    return { call, id: created.id as string, store: started.store, token };
+    const id = created.id as string;
+    /** How many commands wait on the record, not counting the group being run. */
+    const waiting = () => started!.commands.commandsWaitingOn(workspaceStream(id));
+    return { call, id, store: started.store, token, waiting };
   }
 
-  /** Resolves once every waiting request has reached the queue (injected requests start on later ticks). */
-  const allQueued = () => new Promise((resolve) => setTimeout(resolve, 50));
+  /**
+   * Resolves once `reached` is true. A request reaches the record's queue only after its
+   * authentication, which on a busy machine takes any time: polled, not assumed.
+   */
+  async function until(reached: () => boolean): Promise<void> {
+    for (const started = performance.now(); !reached(); await new Promise((resolve) => setTimeout(resolve, 2))) {
+      if (performance.now() - started > 10_000) throw new Error('the requests never reached the record’s queue');
+    }
+  }
 
-  /** Starts requests one after another, each once the one before has reached the queue, so that they queue in this order. */
-  async function inTurn<T>(requests: (() => Promise<T>)[]): Promise<Promise<T>[]> {
+  /**
+   * Starts requests one after another, each once the one before has reached the record (running,
+   * waiting, or answered already, as one refused is), so that they queue in this order.
+   */
+  async function inTurn<T>(requests: (() => Promise<T>)[], reachedRecord: () => number): Promise<Promise<T>[]> {
     const started: Promise<T>[] = [];
     for (const request of requests) {
-      started.push(request());
-      await allQueued();
+      const before = reachedRecord();
+      let answered = false;
+      const answer = request();
+      void answer.finally(() => (answered = true));
+      started.push(answer);
+      await until(() => answered || reachedRecord() > before);
     }
     return started;
   }
 
   it('twenty concurrent writers each adding a key: all answer 200, every key survives, in fewer appends than writers', async () => {
-    const { call, id, store } = await start();
+    const { call, id, store, waiting } = await start();
     const gate = gateAppends(store);
     gate.hold();
     const writes = Array.from({ length: 20 }, (_, n) => call('update_workspace', { id, name: `w${n}`, attributes: { [`key${n}`]: n } }));
-    await allQueued();
+    await until(() => gate.appends === 1 && waiting() === 19);
     gate.open();
     const answers = await Promise.all(writes);
     expect(answers.map((answer) => answer.statusCode)).toEqual(Array(20).fill(200));
@@ -79,18 +96,21 @@ describe('commands on one record wait their turn and are appended together', () 
   });
 
   it('a command the decider refuses inside a group fails alone; the others of its group are applied', async () => {
-    const { call, id, store } = await start();
+    const { call, id, store, waiting } = await start();
     const outsider = await started!.token({ subject: 'outsider', organizations: ['org_elsewhere'] });
     const gate = gateAppends(store);
     gate.hold();
     const first = call('update_workspace', { id, name: 'first', attributes: { a: 1 } });
-    await allQueued();
-    const group = await inTurn([
-      () => call('update_workspace', { id, name: 'second', attributes: { b: 2 } }),
-      () => call('update_workspace', { id, name: 'not allowed', attributes: { c: 3 } }, outsider),
-      () => call('delete_workspace', { id }),
-      () => call('update_workspace', { id, name: 'after the deletion' }),
-    ]);
+    await until(() => gate.appends === 1);
+    const group = await inTurn(
+      [
+        () => call('update_workspace', { id, name: 'second', attributes: { b: 2 } }),
+        () => call('update_workspace', { id, name: 'not allowed', attributes: { c: 3 } }, outsider),
+        () => call('delete_workspace', { id }),
+        () => call('update_workspace', { id, name: 'after the deletion' }),
+      ],
+      waiting,
+    );
     gate.open();
     expect((await first).statusCode).toBe(200);
     expect((await Promise.all(group)).map((answer) => answer.statusCode)).toEqual([200, 404, 200, 404]);
@@ -100,11 +120,12 @@ describe('commands on one record wait their turn and are appended together', () 
   });
 
   it('beyond RECORD_QUEUE_LIMIT waiting commands on one record: 429 rate_limited with Retry-After, never a 5xx', async () => {
-    const { call, id, store } = await start(3);
+    const { call, id, store, waiting } = await start(3);
     const gate = gateAppends(store);
     gate.hold();
     const writes = await inTurn(
       Array.from({ length: 8 }, (_, n) => () => call('update_workspace', { id, name: `w${n}`, attributes: { [`k${n}`]: n } })),
+      () => gate.appends + waiting(),
     );
     // Another record is not refused for this record's full queue.
     const other = call('create_workspace', { organization_id: 'org_unit', name: 'elsewhere' });

@@ -224,6 +224,48 @@ describe('recordPatch: RFC 6902 operations from one record to another', () => {
     expect(recordPatch({ a: 1, n: { x: 1, y: 1 }, c: 1 }, { d: 1, n: { y: 2, x: 2 } })).toEqual(expected);
   });
 
+  it('given long arrays changed throughout, gives a patch that turns one into the other, without running out of stack or memory', () => {
+    const numbers = (shift: number) => Array.from({ length: 30_000 }, (_, index) => (index + shift) % 10);
+    const from = { attributes: { a: numbers(0) } };
+    const to = { attributes: { a: numbers(1) } };
+    expect(applyJsonPatch(from, recordPatch(from, to))).toEqual(to);
+    const blocks = (text: string, count: number) => ({
+      documentation: { blocks: Array.from({ length: count }, (_, index) => ({ type: 'text', content: `${text}${index}` })) },
+    });
+    expect(applyJsonPatch(blocks('a', 1000), recordPatch(blocks('a', 1000), blocks('b', 1000)))).toEqual(blocks('b', 1000));
+    expect(applyJsonPatch(blocks('a', 1000), recordPatch(blocks('a', 1000), blocks('b', 600)))).toEqual(blocks('b', 600));
+    expect(applyJsonPatch(blocks('a', 600), recordPatch(blocks('a', 600), blocks('b', 1000)))).toEqual(blocks('b', 1000));
+  });
+
+  it('given a long array with one element inserted, removed or changed, names just that one', () => {
+    const long = Array.from({ length: 5000 }, (_, index) => index);
+    const edits = [
+      { changed: [...long.slice(0, 2500), -1, ...long.slice(2500)], operation: { op: 'add', path: '/a/2500', value: -1 } },
+      { changed: [...long.slice(0, 2500), ...long.slice(2501)], operation: { op: 'remove', path: '/a/2500' } },
+      { changed: long.map((item) => (item === 2500 ? -1 : item)), operation: { op: 'replace', path: '/a/2500', value: -1 } },
+    ];
+    for (const { changed, operation } of edits) expect(recordPatch({ a: long }, { a: changed })).toEqual([operation]);
+  });
+
+  it('given generated long arrays with scattered edits, applying the patch to `from` gives `to`', () => {
+    const random = seededRandom(23);
+    const element = () => (random() < 0.5 ? Math.floor(random() * 4) : { k: Math.floor(random() * 3), l: [Math.floor(random() * 2)] });
+    for (let round = 0; round < 300; round++) {
+      const from = Array.from({ length: 40 + Math.floor(random() * 100) }, element);
+      const to = [...from];
+      for (let edit = 1 + Math.floor(random() * 6); edit > 0; edit--) {
+        const index = Math.floor(random() * (to.length + 1));
+        const roll = random();
+        if (roll < 0.35) to.splice(index, 0, element());
+        else if (roll < 0.7) to.splice(Math.min(index, to.length - 1), 1);
+        else to[Math.min(index, to.length - 1)] = element();
+      }
+      if (random() < 0.2) to.push(...Array.from({ length: Math.floor(random() * 80) }, element));
+      const patch = recordPatch({ a: from }, { a: to });
+      expect({ round, applied: applyJsonPatch({ a: from }, patch) }).toEqual({ round, applied: { a: to } });
+    }
+  });
+
   it('escapes keys in its paths', () => {
     expect(recordPatch({ attributes: { 'a/b': 1, 'c~d': 1 } }, { attributes: { 'a/b': 2 } })).toEqual(
       expect.arrayContaining([

@@ -40,6 +40,9 @@ describe('webhook targets', () => {
     }
     expect(targetProblem('HTTPS://Hooks.Example.com/in', false)).toBeUndefined();
     expect(targetProblem('https://user:pw@hooks.example.com/', false)).toBe('must not carry credentials');
+    expect(targetProblem('https://@hooks.example.com/', false)).toBe('must not carry credentials');
+    expect(targetProblem('https://:@hooks.example.com/', true)).toBe('must not carry credentials');
+    expect(targetProblem('https://hooks.example.com/path@where', false)).toBeUndefined();
     for (const url of [
       'https://localhost/',
       'https://api.localhost/',
