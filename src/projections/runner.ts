@@ -14,6 +14,9 @@ import { rebuildReadModel } from './rebuild/index.js';
 import { RowCache } from './row-cache.js';
 import { loadRows, projectorName, readCheckpoint, readRowTables, writeChanges, type RowTables } from './tables.js';
 
+/** How long a batch in progress keeps the sign of life going at most: one stuck in this process longer is left to be replaced. */
+const batchKeepAliveMs = 60_000;
+
 export type ProjectionRunnerOptions = {
   connectionString: string;
   store: EventStore;
@@ -366,6 +369,15 @@ export class ProjectionRunner {
   ): Promise<BatchChanges> {
     const { beforeCommit } = this.options;
     const { catchUp, foldFollowing } = pipeline;
+    // A large batch (a workspace of 100,000 solutions deleted) spends seconds in this process
+    // between its statements, folding and preparing its write: the sign of life goes on meanwhile,
+    // at the turns of the event loop, for as long as a batch may reasonably take. A renewal that
+    // fails is told by the checkpoint's move, or by the next renewal of the loop.
+    const started = performance.now();
+    const keepAlive = setInterval(() => {
+      if (performance.now() - started > batchKeepAliveMs) clearInterval(keepAlive);
+      else this.renew(client).catch(() => undefined);
+    }, this.options.renewEveryMs ?? 500);
     if (beforeCommit) await client.query('BEGIN');
     try {
       const { loaded, changes } = (await pipeline.folded) ?? (await this.fold(events, catchUp ? { catchUp, pending: undefined } : client));
@@ -390,6 +402,8 @@ export class ProjectionRunner {
       // The batch's own error is rethrown; a failed rollback means the connection is gone, and the batch with it.
       if (beforeCommit) await client.query('ROLLBACK').catch(() => undefined);
       throw error;
+    } finally {
+      clearInterval(keepAlive);
     }
   }
 
@@ -494,9 +508,9 @@ export class ProjectionRunner {
     const { rowCount } = await client.query(
       claim
         ? `INSERT INTO projector_leader (name, pid, backend_start, renewed_at)
-           SELECT $1, pid, backend_start, now() FROM pg_stat_activity WHERE pid = pg_backend_pid()
-           ON CONFLICT (name) DO UPDATE SET pid = excluded.pid, backend_start = excluded.backend_start, renewed_at = now()`
-        : 'UPDATE projector_leader SET renewed_at = now() WHERE name = $1 AND pid = pg_backend_pid()',
+           SELECT $1, pid, backend_start, clock_timestamp() FROM pg_stat_activity WHERE pid = pg_backend_pid()
+           ON CONFLICT (name) DO UPDATE SET pid = excluded.pid, backend_start = excluded.backend_start, renewed_at = clock_timestamp()`
+        : 'UPDATE projector_leader SET renewed_at = clock_timestamp() WHERE name = $1 AND pid = pg_backend_pid()',
       [projectorName],
     );
     if (rowCount !== 1) throw new LostLeadership('another projector took over');
@@ -509,6 +523,9 @@ export class ProjectionRunner {
    * stuck: its session is ended, and the lock is free at the next try. A statement that runs long
    * (a batch deleting a workspace of many solutions, one waiting for a lock an operator holds) is
    * no sign of a stuck projector: another would run the same statement, or wait for the same lock.
+   * PostgreSQL shows another user's session without its state unless the user may read all
+   * statistics (pg_read_all_stats): instances connecting as different users fall back to the
+   * renewal alone.
    */
   private async replaceStuckLeader(client: pg.Client): Promise<void> {
     const staleAfterMs = this.options.staleAfterMs ?? 2500;
@@ -516,7 +533,8 @@ export class ProjectionRunner {
       `SELECT l.pid, (extract(epoch FROM now() - l.renewed_at) * 1000)::int AS silent_ms
        FROM projector_leader l JOIN pg_stat_activity a ON a.pid = l.pid AND a.backend_start = l.backend_start
        WHERE l.name = $1 AND l.renewed_at < now() - make_interval(secs => $2::float8 / 1000)
-         AND a.state <> 'active' AND a.state_change < now() - make_interval(secs => $2::float8 / 1000)`,
+         AND a.state IS DISTINCT FROM 'active'
+         AND (a.state_change IS NULL OR a.state_change < now() - make_interval(secs => $2::float8 / 1000))`,
       [projectorName, staleAfterMs],
     );
     const stuck = rows[0];

@@ -149,6 +149,33 @@ describe('projector failures', () => {
     expect(await stack.differences()).toEqual([]);
   });
 
+  it('keeps its leadership through a batch that spends longer than a standby waits in its own process, between its statements', async () => {
+    stack = await startStack();
+    const patience = { staleAfterMs: 300, renewEveryMs: 100, standbyRetryMs: 50 };
+    // The fold and the write's preparation of a large batch (a workspace of 100,000 solutions deleted)
+    // take the process seconds with no statement running: here, a pause before the batch commits.
+    let pauses = 0;
+    const first = stack.runner({
+      ...patience,
+      beforeCommit: async () => {
+        pauses += 1;
+        await new Promise((resolve) => setTimeout(resolve, 5 * patience.staleAfterMs));
+      },
+    });
+    const second = stack.runner(patience);
+    first.start();
+    await eventually(() => first.isActive);
+    second.start();
+    const leaderPid = async () => (await stack.pool.query<{ pid: number }>('SELECT pid FROM projector_leader')).rows[0]?.pid;
+    const leader = await leaderPid();
+    const writer = new RecordWriter('slow-batch', 'org_b', seededRandom(13));
+    const last = await appendMany(stack, writer, 3);
+    await eventually(caughtUpTo(stack, last));
+    expect(pauses).toBeGreaterThan(0);
+    expect({ leader: await leaderPid(), first: first.isActive, second: second.isActive }).toEqual({ leader, first: true, second: false });
+    expect(await stack.differences()).toEqual([]);
+  });
+
   it('refuses to move a checkpoint that another projector already moved', async () => {
     stack = await startStack();
     const start = await readCheckpoint(stack.pool);
