@@ -54,7 +54,7 @@ export default {
     {
       name: 'no-upward-import-from-middle',
       comment:
-        'src/write, src/read, src/projections and the capabilities import only the middle layer, src/eventstore ' + 'and the ground layer.',
+        'src/write, src/read, src/projections and the capabilities import only the middle layer, src/eventstore and the ground layer.',
       severity: 'error',
       from: { path: middle },
       to: { path: '^src/', pathNot: [...ground, ...eventstore, ...middle] },

@@ -192,13 +192,20 @@ export function recordPatch(from: object | null, to: object | null): RecordPatch
 const maxComparedPairs = 2500;
 
 /**
+ * Whether rfc6902's array diff may compare `input` with `output`: its table has a row and a column
+ * more than the arrays, and its recursion goes as deep as both are long together, so one side
+ * empty is no cheaper than the other's length.
+ */
+const cheapToCompare = (input: unknown[], output: unknown[]): boolean => (input.length + 1) * (output.length + 1) <= maxComparedPairs;
+
+/**
  * rfc6902's array diff where it is cheap; beyond `maxComparedPairs`, the elements both arrays
  * begin and end with alike are kept, and what lies between is diffed by the library if that is
  * cheap, else element by element at the same index, then added or removed at the end: a patch as
  * valid, not always as short, in time and memory linear in the arrays.
  */
 function boundedArrays(input: unknown, output: unknown, pointer: Pointer): Operation[] | undefined {
-  if (!Array.isArray(input) || !Array.isArray(output) || input.length * output.length <= maxComparedPairs) return undefined;
+  if (!Array.isArray(input) || !Array.isArray(output) || cheapToCompare(input, output)) return undefined;
   let start = 0;
   while (start < input.length && start < output.length && sameJson(input[start], output[start])) start++;
   let end = 0;
@@ -223,7 +230,7 @@ function boundedArrays(input: unknown, output: unknown, pointer: Pointer): Opera
       return { ...operation, path: at(index, rest) };
     });
   };
-  if (from.length * to.length <= maxComparedPairs) return shifted(createPatch(from, to, boundedArrays));
+  if (from.length > 0 && to.length > 0 && cheapToCompare(from, to)) return shifted(createPatch(from, to, boundedArrays));
   const operations: Operation[] = [];
   const shared = Math.min(from.length, to.length);
   for (let index = 0; index < shared; index++) {

@@ -523,9 +523,9 @@ export class ProjectionRunner {
    * stuck: its session is ended, and the lock is free at the next try. A statement that runs long
    * (a batch deleting a workspace of many solutions, one waiting for a lock an operator holds) is
    * no sign of a stuck projector: another would run the same statement, or wait for the same lock.
-   * PostgreSQL shows another user's session without its state unless the user may read all
-   * statistics (pg_read_all_stats): instances connecting as different users fall back to the
-   * renewal alone.
+   * One whose result waits for the process to read it (`ClientWrite`) is: the process is not
+   * reading. PostgreSQL shows a session's start and state, and lets it be ended, only to its own user
+   * (or one granted pg_read_all_stats and pg_signal_backend): instances connect as one user.
    */
   private async replaceStuckLeader(client: pg.Client): Promise<void> {
     const staleAfterMs = this.options.staleAfterMs ?? 2500;
@@ -533,8 +533,8 @@ export class ProjectionRunner {
       `SELECT l.pid, (extract(epoch FROM now() - l.renewed_at) * 1000)::int AS silent_ms
        FROM projector_leader l JOIN pg_stat_activity a ON a.pid = l.pid AND a.backend_start = l.backend_start
        WHERE l.name = $1 AND l.renewed_at < now() - make_interval(secs => $2::float8 / 1000)
-         AND a.state IS DISTINCT FROM 'active'
-         AND (a.state_change IS NULL OR a.state_change < now() - make_interval(secs => $2::float8 / 1000))`,
+         AND (a.state <> 'active' OR a.wait_event = 'ClientWrite')
+         AND a.state_change < now() - make_interval(secs => $2::float8 / 1000)`,
       [projectorName, staleAfterMs],
     );
     const stuck = rows[0];

@@ -65,6 +65,8 @@ export class CascadeWorker {
         : { commit: BigInt(row.deleted_commit), prepare: BigInt(row.deleted_prepare) },
     );
     const toDo = rows.filter((row) => !row.done).map((row) => row.solution_id);
+    // No time left: nothing is started, not even the read of the workspace's deletion.
+    if (toDo.length > 0 && withinMs <= 0) return { latest: latestPosition(positions), unfinished: true };
     try {
       const left = await this.cascadeWorkspace(workspaceId, toDo, positions, deadline);
       return left > 0 ? { latest: latestPosition(positions), unfinished: true } : { latest: latestPosition(positions) };
@@ -94,6 +96,8 @@ export class CascadeWorker {
         this.retryDelayMs = 1000;
       })
       .catch((error) => {
+        // Closed meanwhile: what is left stays listed for the next start, whose first pass takes it.
+        if (this.closed) return;
         this.logger.warn({ err: (error as Error).message, retryInMs: this.retryDelayMs }, 'cascade deletion pass failed; retrying');
         this.retryTimer = setTimeout(() => this.drainAll(), this.retryDelayMs);
         this.retryTimer.unref();
@@ -121,7 +125,7 @@ export class CascadeWorker {
    */
   private async drainPass(): Promise<void> {
     await this.pool.query(`DELETE FROM cascade_pending WHERE done_at < now() - interval '${doneKeptFor}'`);
-    let failed = 0;
+    const failed = new Set<string>();
     let firstFailure: unknown;
     let after = { workspaceId: '', solutionId: '' };
     while (!this.closed) {
@@ -141,7 +145,7 @@ export class CascadeWorker {
         try {
           await this.cascadeWorkspace(workspaceId, solutionIds, []);
         } catch (error) {
-          failed += 1;
+          failed.add(workspaceId);
           firstFailure ??= error;
           this.logger.warn({ err: messageOf(error), workspaceId }, 'cascade deletion failed; going on with the other workspaces');
         }
@@ -150,7 +154,7 @@ export class CascadeWorker {
       const last = rows[rows.length - 1]!;
       after = { workspaceId: last.workspace_id, solutionId: last.solution_id };
     }
-    if (failed > 0) throw new Error(`${failed} workspace(s) not fully cascaded, the first: ${messageOf(firstFailure)}`);
+    if (failed.size > 0) throw new Error(`${failed.size} workspace(s) not fully cascaded, the first: ${messageOf(firstFailure)}`);
   }
 
   /**

@@ -323,7 +323,8 @@ async function indexTail(store: EventStore, streamName: string, commandIndex: Co
   }
 }
 
-type Decision<State> = { state: State } | { error: unknown };
+/** One command of a group as decided: the state it leaves and how many events it appends, or why it was refused. */
+type Decision<State> = { state: State; appends: number } | { error: unknown };
 
 /**
  * How much event data one group's append carries at most (JSON characters): beyond it, the next
@@ -392,7 +393,7 @@ async function decideInTurn<Command, State, Event extends DomainEvent>(
       }
       hash = hashes.at(-1)?.hash ?? hash;
       state = decidedEvents.reduce(job.decider.evolve, state);
-      decisions.push({ state });
+      decisions.push({ state, appends: decidedEvents.length });
     } catch (error) {
       decisions.push({ error });
     }
@@ -472,9 +473,12 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
         if (!retrying) failure = unavailable('the record is being changed by too many requests at once; try again');
       } else failure = appendFailure(error);
       if (failure !== undefined) {
-        // A command the decider refused answers its refusal, whatever became of the others' append.
+        // A command the decider refused on the state as stored answers its refusal, whatever became
+        // of the others' append; one decided after the group's first events was refused on a state
+        // that append would have made, and answers the append's failure with it.
+        const firstWriting = decisions.findIndex((decision) => 'state' in decision && decision.appends > 0);
         decisions.forEach((decision, index) => {
-          if ('error' in decision) pending[index]!.fail(decision.error);
+          if ('error' in decision && (firstWriting === -1 || index < firstWriting)) pending[index]!.fail(decision.error);
         });
         throw failure;
       }

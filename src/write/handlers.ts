@@ -177,11 +177,6 @@ export class CommandHandlers {
     });
   }
 
-  /** How many commands wait their turn on a record's stream, not counting the group being run. */
-  commandsWaitingOn(streamName: string): number {
-    return this.queues.waitingOn(streamName);
-  }
-
   async createWorkspace(params: CreateWorkspaceParams, caller: Caller): Promise<Workspace> {
     if (!caller.organizations.has(params.organization_id)) {
       throw organizationNotGranted();
@@ -223,8 +218,8 @@ export class CommandHandlers {
     );
     if (cascade.failure !== undefined) {
       this.deps.logger.warn({ err: (cascade.failure as Error).message, workspaceId: id }, 'cascade deferred to the background');
-      this.deps.cascade.drainAll();
-    } else if (cascade.unfinished) {
+    }
+    if (cascade.failure !== undefined || cascade.unfinished) {
       // Some solutions' deletions are not written yet: the change feed does not show them when it answers.
       caller.onProjectionBehind?.();
       this.deps.cascade.drainAll();

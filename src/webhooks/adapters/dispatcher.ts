@@ -40,9 +40,14 @@ const leasedPerRound = 128;
 /**
  * How long a stop lets the attempts out finish. A receiver that answers late must not hold the
  * service's stop for the attempt's whole timeout (15 s by default, beyond the time a stop is given):
- * the attempts still out then are recorded as failed, and made again, as after a timeout.
+ * the attempts still out then are cut short, and recorded as nothing: their leases run out and
+ * they are made again, as after a crash (an attempt is counted when leased; the webhook's failing
+ * time is not touched).
  */
 const attemptGraceOnStopMs = 2000;
+
+/** An attempt cut short by the stop: no outcome to record. */
+const cutShort = Symbol('cut short by the stop');
 
 /** After the database refused to record outcomes: when to try again (they are kept meanwhile). */
 const recordRetryMs = 1000;
@@ -110,9 +115,9 @@ type Outcome = {
  *   under its own lease id. An instance killed mid-attempt leaves the lease to run out: the attempt
  *   is made again, with the same `webhook-id` (the change's id). That, an instance frozen
  *   mid-attempt past the attempt's timeout (it counts the answer that came meanwhile as none), an
- *   attempt still unanswered 2 s after the service was told to stop (cut short, counted as failed,
- *   as a timeout is), and an outcome lost with the database connection are the only ways one is
- *   made twice.
+ *   attempt still unanswered 2 s after the service was told to stop (cut short and left to its
+ *   lease, as after a crash), and an outcome lost with the database connection are the only ways
+ *   one is made twice.
  *
  * The enqueueing, leasing and recording statements run unnamed, planned at each call: prepared,
  * PostgreSQL moved to generic plans for them after five calls, and its CPU per create rose tenfold
@@ -122,7 +127,7 @@ type Outcome = {
 export class WebhookDispatcher {
   private readonly agent: Agent;
   private readonly stopped = new AbortController();
-  /** Aborted `attemptGraceOnStopMs` after a stop: the attempts still out then end as failed, to be made again. */
+  /** Aborted `attemptGraceOnStopMs` after a stop: the attempts still out then are cut short, left to their leases. */
   private readonly attemptsCut = new AbortController();
   private running: Promise<void> | undefined;
   /** Attempts out, and outcomes not yet recorded: what counts against {@link attemptsAtOnce}. */
@@ -304,6 +309,12 @@ export class WebhookDispatcher {
       this.unrecorded += 1;
       const attempt: Promise<void> = this.attempt(row)
         .then((outcome) => {
+          if (outcome === cutShort) {
+            // Not an outcome: the lease runs out and the attempt is made again, as after a crash.
+            this.unrecorded -= 1;
+            this.logger.info({ webhook: row.webhook_id }, 'webhook attempt cut short by the stop; made again once its lease runs out');
+            return;
+          }
           this.outcomes.push(outcome);
           this.recordWaiting();
         })
@@ -318,7 +329,7 @@ export class WebhookDispatcher {
     return rows.length === room;
   }
 
-  private async attempt(delivery: Leased): Promise<Outcome> {
+  private async attempt(delivery: Leased): Promise<Outcome | typeof cutShort> {
     const change = changeOf(delivery);
     const body = deliveryBody(change);
     const started = performance.now();
@@ -346,11 +357,8 @@ export class WebhookDispatcher {
         if (status >= 300 && status < 400) problem = `redirect (${status}) not followed`;
         else if (outcomeOf(status) === 'failed') problem = `answered ${status}`;
       } catch (error) {
-        problem = this.attemptsCut.signal.aborted
-          ? 'the service stopped before the answer came'
-          : (error as Error).name === 'TimeoutError'
-            ? `no answer within ${this.settings.timeoutMs} ms`
-            : (error as Error).message;
+        if (this.attemptsCut.signal.aborted) return cutShort;
+        problem = (error as Error).name === 'TimeoutError' ? `no answer within ${this.settings.timeoutMs} ms` : (error as Error).message;
       }
     }
     const outcome = problem === undefined ? outcomeOf(status) : status === 410 ? 'gone' : 'failed';

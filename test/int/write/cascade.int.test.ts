@@ -160,6 +160,8 @@ describe('cascade worker', () => {
       },
     });
     const worker = new CascadeWorker(slow, stack.pool, silentLogger);
+    // With no time at all, nothing is started.
+    expect(await worker.drainWorkspace(workspaceId, 0)).toEqual({ latest: undefined, unfinished: true });
     const drained = await worker.drainWorkspace(workspaceId, 100);
     await worker.close();
     const written: GlobalPosition[] = [];

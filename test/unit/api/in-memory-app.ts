@@ -10,14 +10,15 @@ import { createClock } from '../../../src/infra/clock.js';
 import { Metrics } from '../../../src/observability/metrics.js';
 import { CascadeWorker } from '../../../src/write/cascade.js';
 import { CommandHandlers } from '../../../src/write/handlers.js';
+import type { RecordQueues } from '../../../src/write/record-queue.js';
 
 const secret = 'unit-test-secret-that-is-long-enough!!';
 
 export type InMemoryApp = {
   app: Awaited<ReturnType<typeof buildApp>>;
   store: InMemoryEventStore;
-  /** The command side, for what a test must see of it (how many commands wait on a record). */
-  commands: CommandHandlers;
+  /** How many commands wait their turn on a record's stream, not counting the group being run. */
+  waitingOn: (streamName: string) => number;
   /** A token for `org_unit` with every scope unless `options` say otherwise. */
   token: (options?: Partial<TokenClaims>) => Promise<string>;
   close: () => Promise<void>;
@@ -65,7 +66,8 @@ export async function startInMemoryApp(
   return {
     app,
     store,
-    commands,
+    // The handlers' own queues, which the service has no reason to show: a test's view of their inside.
+    waitingOn: (streamName) => (commands as unknown as { queues: RecordQueues<never> }).queues.waitingOn(streamName),
     token: (overrides = {}) => mintToken(secret, { subject: 'unit-user', organizations: ['org_unit'], ...overrides }),
     close: async () => {
       await app.close();

@@ -45,7 +45,7 @@ describe('commands on one record wait their turn and are appended together', () 
     const created = (await call('create_workspace', { organization_id: 'org_unit', name: 'hot' })).json().data;
     const id = created.id as string;
     /** How many commands wait on the record, not counting the group being run. */
-    const waiting = () => started!.commands.commandsWaitingOn(workspaceStream(id));
+    const waiting = () => started!.waitingOn(workspaceStream(id));
     return { call, id, store: started.store, token, waiting };
   }
 
@@ -69,7 +69,10 @@ describe('commands on one record wait their turn and are appended together', () 
       const before = reachedRecord();
       let answered = false;
       const answer = request();
-      void answer.finally(() => (answered = true));
+      void answer.then(
+        () => (answered = true),
+        () => (answered = true),
+      );
       started.push(answer);
       await until(() => answered || reachedRecord() > before);
     }

@@ -235,6 +235,19 @@ describe('recordPatch: RFC 6902 operations from one record to another', () => {
     expect(applyJsonPatch(blocks('a', 1000), recordPatch(blocks('a', 1000), blocks('b', 1000)))).toEqual(blocks('b', 1000));
     expect(applyJsonPatch(blocks('a', 1000), recordPatch(blocks('a', 1000), blocks('b', 600)))).toEqual(blocks('b', 600));
     expect(applyJsonPatch(blocks('a', 600), recordPatch(blocks('a', 600), blocks('b', 1000)))).toEqual(blocks('b', 1000));
+    const many = Array.from({ length: 10_000 }, (_, index) => index);
+    const short = many.slice(0, 100);
+    for (const [before, after] of [
+      [[], many],
+      [many, []],
+      [short, [...short, ...many]],
+      [
+        [...short, ...many, ...short],
+        [...short, ...short],
+      ],
+    ]) {
+      expect(applyJsonPatch({ a: before }, recordPatch({ a: before }, { a: after }))).toEqual({ a: after });
+    }
   });
 
   it('given a long array with one element inserted, removed or changed, names just that one', () => {

@@ -112,6 +112,7 @@ describe('delete_workspace waits for its cascade within the one wait a command h
     expect(await given.run()).toEqual({ id: expect.stringMatching(/^ws_/) });
     expect(given.waits.map((wait) => wait.position)).toEqual([expect.anything(), cascadeEnd]);
     expect(given.drainedAll()).toBe(1);
+    expect(given.behind()).toBe(1);
   });
 
   it('given the deletion projected, then the cascade is written within what is left of the budget', async () => {
