@@ -14,6 +14,13 @@ import { rebuildReadModel } from './rebuild/index.js';
 import { RowCache } from './row-cache.js';
 import { loadRows, projectorName, readCheckpoint, readRowTables, writeChanges, type RowTables } from './tables.js';
 
+/**
+ * Rows beyond which a batch (the solutions of a deleted workspace, as a rule) renews the sign of
+ * life between its steps: each step over a hundred thousand rows holds the event loop for a good
+ * part of a second, longer on a busy machine, and the steps together longer than a standby waits.
+ */
+const manyRows = 10_000;
+
 /** How long a batch in progress keeps the sign of life going at most: one stuck in this process longer is left to be replaced. */
 const batchKeepAliveMs = 60_000;
 
@@ -255,7 +262,7 @@ export class ProjectionRunner {
             folder && upcoming
               ? (pending: BatchChanges) => {
                   upcoming.folded = upcoming.page.then((page) =>
-                    page.end ? this.fold(page.events, { catchUp: folder, pending }) : undefined,
+                    page.end ? this.fold(page.events, { catchUp: folder, pending }, () => this.renew(client)) : undefined,
                   );
                   // Awaited at the next turn, or never if this batch fails: its own error, if any, is then irrelevant.
                   upcoming.folded.catch(() => undefined);
@@ -380,7 +387,10 @@ export class ProjectionRunner {
     }, this.options.renewEveryMs ?? 500);
     if (beforeCommit) await client.query('BEGIN');
     try {
-      const { loaded, changes } = (await pipeline.folded) ?? (await this.fold(events, catchUp ? { catchUp, pending: undefined } : client));
+      const { loaded, changes } =
+        (await pipeline.folded) ?? (await this.fold(events, catchUp ? { catchUp, pending: undefined } : client, () => this.renew(client)));
+      // Folded at length: renewed again before the write is prepared, which for such a batch takes a while too.
+      if (loaded.solutions.size > manyRows) await this.renew(client);
       // Kept before the write, for the next batch folded meanwhile; a failed write drops them all.
       catchUp?.cache.remember(changes, loaded);
       foldFollowing?.(changes);
@@ -415,12 +425,15 @@ export class ProjectionRunner {
   private async fold(
     events: LoggedEvent[],
     rows: { catchUp: CatchUp; pending: BatchChanges | undefined } | pg.Client,
+    renew: () => Promise<void>,
   ): Promise<FoldedBatch> {
     const envelopes = events.map((logged) => logged.event);
     const loaded =
       rows instanceof pg.Client
         ? await loadRows(rows, rowsToLoad(events))
         : await rows.catchUp.cache.load(rows.catchUp.loader, envelopes, rows.pending);
+    // The fold of that many rows holds the event loop for a while, where no timer renews: renewed just before.
+    if (loaded.solutions.size > manyRows) await renew();
     return { loaded, changes: applyBatch(envelopes, loaded) };
   }
 
