@@ -376,10 +376,11 @@ export class ProjectionRunner {
   ): Promise<BatchChanges> {
     const { beforeCommit } = this.options;
     const { catchUp, foldFollowing } = pipeline;
-    // A large batch (a workspace of 100,000 solutions deleted) spends seconds in this process
-    // between its statements, folding and preparing its write: the sign of life goes on meanwhile,
-    // at the turns of the event loop, for as long as a batch may reasonably take. A renewal that
-    // fails is told by the checkpoint's move, or by the next renewal of the loop.
+    // A batch may wait in this process with its session idle (rows loaded on the catch-up's own
+    // connection, a test's pause before it commits): the sign of life goes on meanwhile, at the
+    // turns of the event loop, for as long as a batch may reasonably take. (A long fold holds the
+    // event loop itself: `fold` renews before it.) A renewal that fails is told by the checkpoint's
+    // move, or by the next renewal of the loop.
     const started = performance.now();
     const keepAlive = setInterval(() => {
       if (performance.now() - started > batchKeepAliveMs) clearInterval(keepAlive);

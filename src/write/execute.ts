@@ -474,11 +474,11 @@ export async function runGroup<Command, State, Event extends DomainEvent>(
       } else failure = appendFailure(error);
       if (failure !== undefined) {
         // A command the decider refused on the state as stored answers its refusal, whatever became
-        // of the others' append; one decided after the group's first events was refused on a state
-        // that append would have made, and answers the append's failure with it.
+        // of the others' append; one decided after the group's first events (there are some: an
+        // append was made) was refused on a state that append would have made, and answers its failure.
         const firstWriting = decisions.findIndex((decision) => 'state' in decision && decision.appends > 0);
-        decisions.forEach((decision, index) => {
-          if ('error' in decision && (firstWriting === -1 || index < firstWriting)) pending[index]!.fail(decision.error);
+        decisions.slice(0, firstWriting).forEach((decision, index) => {
+          if ('error' in decision) pending[index]!.fail(decision.error);
         });
         throw failure;
       }

@@ -5,6 +5,7 @@ import { comparePositions, startOfLog, type GlobalPosition } from '../../../src/
 import { workspaceStream } from '../../../src/eventstore/stream-names.js';
 import { blockingDeadLetter, listDeadLetters, resolveDeadLetter, skippedPositions } from '../../../src/projections/dead-letters.js';
 import { rebuildReadModel } from '../../../src/projections/rebuild/index.js';
+import type { ProjectionRunnerOptions } from '../../../src/projections/runner.js';
 import { advanceCheckpoint, readCheckpoint } from '../../../src/projections/tables.js';
 import { actualReadModel, compareReadModels, expectedReadModel } from '../../../src/projections/verify.js';
 import { writeRawEvent } from '../../support/foreign-writes.js';
@@ -116,16 +117,23 @@ describe('projector failures', () => {
     expect(await stack.differences()).toEqual([]);
   });
 
-  it('keeps its leadership through a batch that waits on a lock longer than a standby waits for a sign of life, then applies it', async () => {
+  /** Projectors of little patience with each other's silence. */
+  const patience = { staleAfterMs: 300, renewEveryMs: 100, standbyRetryMs: 50 };
+
+  /** A leader (with `leaderOptions`) and a standby on a fresh stack; the leader's backend pid, and how to read it again. */
+  async function leaderAndStandby(leaderOptions: Partial<ProjectionRunnerOptions> = {}) {
     stack = await startStack();
-    const patience = { staleAfterMs: 300, renewEveryMs: 100, standbyRetryMs: 50 };
-    const first = stack.runner(patience);
+    const first = stack.runner({ ...patience, ...leaderOptions });
     const second = stack.runner(patience);
     first.start();
     await eventually(() => first.isActive);
     second.start();
     const leaderPid = async () => (await stack.pool.query<{ pid: number }>('SELECT pid FROM projector_leader')).rows[0]?.pid;
-    const leader = await leaderPid();
+    return { first, second, leaderPid, leader: await leaderPid() };
+  }
+
+  it('keeps its leadership through a batch that waits on a lock longer than a standby waits for a sign of life, then applies it', async () => {
+    const { first, second, leaderPid, leader } = await leaderAndStandby();
     // An operator's session holding the table: the batch's write waits for it, its statement running all along.
     const operator = await stack.pool.connect();
     try {
@@ -150,24 +158,15 @@ describe('projector failures', () => {
   });
 
   it('keeps its leadership through a batch that spends longer than a standby waits in its own process, between its statements', async () => {
-    stack = await startStack();
-    const patience = { staleAfterMs: 300, renewEveryMs: 100, standbyRetryMs: 50 };
-    // The fold and the write's preparation of a large batch (a workspace of 100,000 solutions deleted)
-    // take the process seconds with no statement running: here, a pause before the batch commits.
+    // A batch may keep the process busy for seconds with no statement running (a large fold, rows
+    // loaded on another connection): here, a pause before the batch commits.
     let pauses = 0;
-    const first = stack.runner({
-      ...patience,
+    const { first, second, leaderPid, leader } = await leaderAndStandby({
       beforeCommit: async () => {
         pauses += 1;
         await new Promise((resolve) => setTimeout(resolve, 5 * patience.staleAfterMs));
       },
     });
-    const second = stack.runner(patience);
-    first.start();
-    await eventually(() => first.isActive);
-    second.start();
-    const leaderPid = async () => (await stack.pool.query<{ pid: number }>('SELECT pid FROM projector_leader')).rows[0]?.pid;
-    const leader = await leaderPid();
     const writer = new RecordWriter('slow-batch', 'org_b', seededRandom(13));
     const last = await appendMany(stack, writer, 3);
     await eventually(caughtUpTo(stack, last));
