@@ -199,7 +199,7 @@ export class Metrics {
 
     new Gauge({
       name: `${metricPrefix}ready`,
-      help: '1 when /readyz would answer 200, else 0; the check label names each part (event_store, read_database, projection)',
+      help: '1 when /readyz would answer 200, else 0; the check label names each part (event_store, read_database, projection), NaN while a part cannot be checked',
       labelNames: ['check'] as const,
       registers: [this.registry],
       async collect() {
@@ -211,9 +211,11 @@ export class Metrics {
         this.set({ check: 'all' }, readiness.ready ? 1 : 0);
         // The parts /readyz passes or fails; what comes with a failed one (a dead letter's or the
         // log's description, a backlog's figures) is in /readyz's body and in gauges of its own.
+        // A part not checked (the projection while a store is unreachable) is unknown, NaN: its
+        // series stays, so that a dashboard's line or an alert's rule on it does not lose it.
         for (const check of readinessParts) {
           const value = readiness.checks[check];
-          if (value !== undefined) this.set({ check }, value === 'ok' || value === 'caught_up' ? 1 : 0);
+          this.set({ check }, value === undefined ? NaN : value === 'ok' || value === 'caught_up' ? 1 : 0);
         }
       },
     });
