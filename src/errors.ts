@@ -58,3 +58,10 @@ export const unexpected = () => new ServiceError('internal_error', 'an unexpecte
 
 /** The event store or read database cannot be reached, or did not answer in time. */
 export const unavailable = (message = 'the service is temporarily unavailable') => new ServiceError('unavailable', message);
+
+/** A caller's `text` named in a message, up to `length` characters (whole code points), marked with "…" where cut: a megabyte sent must not come back as a megabyte of error. */
+export const shortened = (text: string, length: number): string => {
+  // Twice as many UTF-16 units hold at least `length` code points.
+  const points = [...text.slice(0, 2 * length)];
+  return points.length > length || text.length > 2 * length ? `${points.slice(0, length).join('')}…` : text;
+};

@@ -3,12 +3,12 @@ import { STATUS_CODES, type IncomingMessage, type Server, type ServerResponse } 
 import type { Duplex } from 'node:stream';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply } from 'fastify';
 import type { Logger } from 'pino';
-import { ServiceError, ShuttingDown } from '../errors.js';
+import { ServiceError, shortened, ShuttingDown } from '../errors.js';
 import { observeHttp } from '../observability/http.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { Readiness } from '../observability/readiness.js';
 import type { Caller, CommandHandlers } from '../write/handlers.js';
-import type { Principal, TokenVerifier } from './auth.js';
+import { soleAuthorization, type Principal, type TokenVerifier } from './auth.js';
 import { registerApiDocs } from './docs.js';
 import { ChangeStreams, wantsEventStream } from './change-stream.js';
 import { drainConnectionsOnClose } from './connection-drain.js';
@@ -256,7 +256,7 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
   app.post('/api', {
     // Authentication comes before the body is read (contract §1, §2 order of checks).
     onRequest: async (request, reply) => {
-      request.principal = await services.verifyToken(request.headers.authorization);
+      request.principal = await services.verifyToken(soleAuthorization(request.raw.rawHeaders));
       const retryAfter = rateLimiter(request.principal.subject);
       if (retryAfter !== undefined) {
         reply.header('Retry-After', String(retryAfter));
@@ -270,7 +270,6 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
         throw new ServiceError('bad_request', 'the body must be an object with a string "query" and an object "params", nothing else');
       }
       const { query, params } = envelope.data;
-      // Named back as sent, up to a length: a megabyte of name must not come back as a megabyte of error.
       if (!isOperationName(query)) throw new ServiceError('unknown_operation', `unknown operation "${shortened(query, 100)}"`);
       const operation = operations[query];
       // A malformed key is a bad_request, which comes before the scope check (contract §2).
@@ -340,9 +339,3 @@ export async function buildApp(options: AppOptions): Promise<FastifyInstance> {
 
   return app;
 }
-
-/** `text` up to `length` characters (whole code points: twice as many UTF-16 units hold at least that many), marked with "…" where cut. */
-const shortened = (text: string, length: number): string => {
-  const points = [...text.slice(0, 2 * length)];
-  return points.length > length || text.length > 2 * length ? `${points.slice(0, length).join('')}…` : text;
-};

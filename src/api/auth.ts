@@ -40,6 +40,21 @@ export type TokenVerifier = (authorization: string | undefined) => Promise<Princ
 const unauthenticated = (message: string) => new ServiceError('unauthenticated', message);
 
 /**
+ * A request's one Authorization value, from its header lines as received. Node keeps the first of
+ * repeated lines and drops the rest, while a proxy in front may have checked another: a repeat is
+ * refused (RFC 9110 §5.3: a field that is not a list is sent once).
+ */
+export function soleAuthorization(rawHeaders: readonly string[]): string | undefined {
+  let value: string | undefined;
+  for (let at = 0; at < rawHeaders.length; at += 2) {
+    if (rawHeaders[at]!.toLowerCase() !== 'authorization') continue;
+    if (value !== undefined) throw unauthenticated('send one Authorization header, not several');
+    value = rawHeaders[at + 1];
+  }
+  return value;
+}
+
+/**
  * The HS256 secret as a key imported once: given the raw bytes, jose imports them again for every
  * token (about 50 µs of CPU per request, measured with --cpu-prof).
  */

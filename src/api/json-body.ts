@@ -1,5 +1,5 @@
 import type { FastifyInstance } from 'fastify';
-import { ServiceError, type ErrorDetail } from '../errors.js';
+import { ServiceError, shortened, type ErrorDetail } from '../errors.js';
 
 /**
  * Request bodies as the contract reads them: strictly UTF-8 (§1: invalid bytes are a
@@ -30,8 +30,14 @@ export function parseJsonBody(raw: Buffer): unknown {
   } catch {
     throw new ServiceError('bad_request', 'the body is not valid JSON');
   }
-  if (body !== null && typeof body === 'object' && mayHoldInexactNumbers(text)) {
-    const inexact = findInexactNumbers(text);
+  if (body !== null && typeof body === 'object') {
+    const { repeated, inexact } = scanBody(text, mayHoldInexactNumbers(text));
+    if (repeated) {
+      throw new ServiceError(
+        'bad_request',
+        `the body names the member "${shortened(repeated.name, 100)}" twice ${repeated.in === '' ? 'at its top level' : `in ${repeated.in}`}: each member may appear once`,
+      );
+    }
     if (inexact.length > 0) inexactNumbers.set(body, { named: inexact.slice(0, namedNumbers), more: inexact.length > namedNumbers });
   }
   return body;
@@ -54,7 +60,8 @@ export function moreInexactNumbersThanNamed(body: unknown): boolean {
  */
 const mayHoldInexactNumbers = (text: string) => /(?:\d\.?){16}|\d[eE]/.test(text);
 
-type Container = { kind: 'object'; key: string } | { kind: 'array'; index: number };
+/** An object being walked: the member it is in (`key`), and every name it has had once it has had two. */
+type Container = { kind: 'object'; key: string | undefined; names: Set<string> | undefined } | { kind: 'array'; index: number };
 
 /** A JSON number literal where the walk stands (sticky: matched in place, however long, without copying the text after it). */
 const numberLiteral = /-?\d+(\.\d+)?([eE][+-]?\d+)?/y;
@@ -68,66 +75,89 @@ const numberLiteral = /-?\d+(\.\d+)?([eE][+-]?\d+)?/y;
 const namedNumbers = 100;
 const namedLevels = 40;
 
-/** Walks valid JSON text, tracking where it is, and checks each number literal, up to one more than `namedNumbers` found. */
-function findInexactNumbers(text: string): ErrorDetail[] {
-  const found: ErrorDetail[] = [];
+/**
+ * Walks valid JSON text, tracking where it is, for the first member an object names twice (RFC
+ * 8259 leaves its meaning open, and I-JSON, RFC 7493 §2.3, forbids it: a proxy or a log reading
+ * the first value while the service takes the last is how such a body fools a check) and, when
+ * `checkNumbers`, up to one more than `namedNumbers` number literals that cannot be kept exactly.
+ */
+function scanBody(text: string, checkNumbers: boolean): { repeated?: { name: string; in: string }; inexact: ErrorDetail[] } {
+  const inexact: ErrorDetail[] = [];
   const path: Container[] = [];
-  const where = () => {
-    const named = path.slice(0, namedLevels).map((container) => (container.kind === 'object' ? container.key : String(container.index)));
-    return path.length > namedLevels ? `${named.join('.')}.…` : named.join('.');
-  };
   let expectKey = false;
-  for (let at = 0; at < text.length && found.length <= namedNumbers;) {
-    const char = text[at]!;
-    if (char === '"') {
+  for (let at = 0; at < text.length;) {
+    const char = text.charCodeAt(at);
+    if (char === quote) {
       const end = endOfString(text, at);
-      if (expectKey) {
-        (path[path.length - 1] as { key: string }).key = JSON.parse(text.slice(at, end)) as string;
+      const top = path[path.length - 1];
+      if (expectKey && top?.kind === 'object') {
+        const written = text.slice(at + 1, end - 1);
+        const name = written.includes('\\') ? (JSON.parse(`"${written}"`) as string) : written;
+        if (top.key !== undefined) {
+          top.names ??= new Set([top.key]);
+          if (top.names.has(name)) return { repeated: { name, in: pathName(path.slice(0, -1)) }, inexact };
+          top.names.add(name);
+        }
+        top.key = name;
         expectKey = false;
       }
       at = end;
-    } else if (char === '{') {
-      path.push({ kind: 'object', key: '' });
+    } else if (char === openBrace) {
+      path.push({ kind: 'object', key: undefined, names: undefined });
       expectKey = true;
       at += 1;
-    } else if (char === '[') {
+    } else if (char === openBracket) {
       path.push({ kind: 'array', index: 0 });
       at += 1;
-    } else if (char === '}' || char === ']') {
+    } else if (char === closeBrace || char === closeBracket) {
       path.pop();
       at += 1;
-    } else if (char === ',') {
+    } else if (char === comma) {
       const top = path[path.length - 1];
       if (top?.kind === 'array') top.index += 1;
       else expectKey = true;
       at += 1;
-    } else if (char === '-' || (char >= '0' && char <= '9')) {
+    } else if (checkNumbers && (char === minus || (char >= zero && char <= nine))) {
       numberLiteral.lastIndex = at;
       const literal = numberLiteral.exec(text)![0];
-      if (!isExact(literal))
-        found.push({ path: where(), message: 'is a number that cannot be stored exactly as sent; send it as a string' });
+      if (inexact.length <= namedNumbers && !isExact(literal))
+        inexact.push({ path: pathName(path), message: 'is a number that cannot be stored exactly as sent; send it as a string' });
       at += literal.length;
     } else {
       at += 1;
     }
   }
-  return found;
+  return { inexact };
 }
 
+/** Where the walk stands, as a path of member names and indexes (`params.attributes.0`), cut at `namedLevels` levels. */
+function pathName(path: readonly Container[]): string {
+  const named = path
+    .slice(0, namedLevels)
+    .map((container) => (container.kind === 'object' ? (container.key ?? '') : String(container.index)));
+  return path.length > namedLevels ? `${named.join('.')}.…` : named.join('.');
+}
+
+/** Where the string starting at `start` ends (after its closing quote): the first quote not escaped by an odd run of backslashes. */
 function endOfString(text: string, start: number): number {
-  for (let at = start + 1; ; at++) {
-    if (text[at] === '\\') at += 1;
-    else if (text[at] === '"') return at + 1;
+  for (let at = start + 1; ;) {
+    const end = text.indexOf('"', at);
+    let backslashes = 0;
+    while (text.charCodeAt(end - 1 - backslashes) === backslash) backslashes += 1;
+    if (backslashes % 2 === 0) return end + 1;
+    at = end + 1;
   }
 }
+
+const code = (char: string) => char.charCodeAt(0);
+const [quote, backslash, comma, minus, zero, nine] = [code('"'), code('\\'), code(','), code('-'), code('0'), code('9')];
+const [openBrace, closeBrace, openBracket, closeBracket] = [code('{'), code('}'), code('['), code(']')];
 
 /** Whether the double nearest to `literal` has the same decimal value, so it reads back equal. */
 function isExact(literal: string): boolean {
   const value = Number(literal);
   return Number.isFinite(value) && sameDecimal(canonical(literal), canonical(String(value)));
 }
-
-const zero = '0'.charCodeAt(0);
 
 /** A decimal literal as sign, significant digits and exponent, so that 1.50e2 and 150 compare equal. */
 function canonical(literal: string): { negative: boolean; digits: string; exponent: number } {

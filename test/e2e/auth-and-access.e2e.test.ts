@@ -1,3 +1,4 @@
+import { request as httpRequest } from 'node:http';
 import { exportJWK, generateKeyPair, SignJWT, type JWTPayload } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { callApi, startTestService, testSecret, type TestService } from '../support/service.js';
@@ -122,6 +123,40 @@ describe('authentication and access', () => {
       ['orgs null', () => sign({ payload: { orgs: null } })],
       ['orgs holding a malformed organization id', () => sign({ payload: { orgs: ['alpha'] } })],
     ];
+
+    // Node keeps the first of repeated Authorization lines; a proxy in front may check the last.
+    it.each([
+      ['two tokens of different callers', () => [alpha, beta]],
+      ['the same token twice', () => [alpha, alpha]],
+    ])('answers 401 to an Authorization header sent twice: %s', async (_what, tokens) => {
+      const answer = await new Promise<{ status: number; body: any; authenticate: unknown }>((resolve, reject) => {
+        const body = JSON.stringify({ query: 'get_workspace', params: { id: alphaWorkspace.id } });
+        const request = httpRequest(`${service.url}/api`, {
+          method: 'POST',
+          // Raw header lines (Node adds no Host to them): an object would join the two values into one line.
+          headers: [
+            'host',
+            new URL(service.url).host,
+            'content-type',
+            'application/json',
+            ...tokens().flatMap((token) => ['authorization', `Bearer ${token}`]),
+          ],
+        });
+        request.on('error', reject);
+        request.on('response', (response) => {
+          let text = '';
+          response.setEncoding('utf8');
+          response.on('data', (chunk: string) => (text += chunk));
+          response.on('end', () =>
+            resolve({ status: response.statusCode!, body: JSON.parse(text), authenticate: response.headers['www-authenticate'] }),
+          );
+        });
+        request.end(body);
+      });
+      expect(answer.status).toBe(401);
+      expect(answer.body.error).toMatchObject({ code: 'unauthenticated', message: 'send one Authorization header, not several' });
+      expect(answer.authenticate).toBe('Bearer');
+    });
 
     it.each(badTokens)('answers 401 with WWW-Authenticate: Bearer for %s', async (_what, make) => {
       const token = await make();

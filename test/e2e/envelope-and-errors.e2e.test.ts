@@ -66,9 +66,24 @@ describe('envelope and errors', () => {
       ['a "__proto__" top-level field', '{"query":"list_workspaces","params":{"page":1,"size":1},"__proto__":{"admin":true}}'],
       ['a "constructor" top-level field', '{"query":"list_workspaces","params":{"page":1,"size":1},"constructor":{}}'],
       ['a "data" top-level field', '{"query":"list_workspaces","params":{"page":1,"size":1},"data":{}}'],
+      // RFC 7493 §2.3: which of the two a proxy, a log or another parser takes is anyone's guess.
+      ['"query" twice', '{"query":"delete_workspace","query":"list_workspaces","params":{"page":1,"size":1}}'],
+      ['a parameter twice', '{"query":"list_workspaces","params":{"page":1,"size":1,"page":2}}'],
     ];
     it.each(cases)('answers 400 bad_request for %s', async (_what, body) => {
       expectError(await rawPost(service, body, jsonHeaders(token)), 400, 'bad_request');
+    });
+
+    it('answers 400 bad_request for an attribute named twice (once escaped), and stores nothing', async () => {
+      const body = '{"query":"update_workspace","params":{"id":"ID","attributes":{"owner":"a","\\u006fwner":"b"}}}'.replace(
+        'ID',
+        workspaceId,
+      );
+      const refused = await rawPost(service, body, jsonHeaders(token));
+      expectError(refused, 400, 'bad_request');
+      expect(refused.body.error.message).toBe('the body names the member "owner" twice in params.attributes: each member may appear once');
+      const history = await ok(service, token, 'get_workspace_history', { id: workspaceId, page: 1, size: 10 });
+      expect(history.items.map((item: { type: string }) => item.type)).toEqual(['WorkspaceCreated']);
     });
 
     it('answers 400 bad_request for an empty body', async () => {

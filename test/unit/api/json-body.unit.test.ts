@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { inexactNumbersOf, parseJsonBody } from '../../../src/api/json-body.js';
+import type { ServiceError } from '../../../src/errors.js';
 
 const inexact = { path: 'attributes.long', message: 'is a number that cannot be stored exactly as sent; send it as a string' };
 
@@ -27,5 +28,43 @@ describe('a body of many numbers that cannot be stored, nested deep', () => {
     expect(found).toHaveLength(100);
     expect(found[0]!.path).toBe(`params.x.${Array.from({ length: 38 }, () => '0').join('.')}.…`);
     expect(found[99]!.path.split('.')).toHaveLength(41);
+  });
+});
+
+describe('a member named twice in one object (RFC 7493 §2.3: a receiver cannot know which one the sender meant)', () => {
+  const refusal = (text: string) => {
+    try {
+      parseJsonBody(Buffer.from(text));
+    } catch (error) {
+      return { code: (error as ServiceError).code, message: (error as ServiceError).message };
+    }
+    return undefined;
+  };
+
+  it('given "query" twice, refuses the body as a bad request naming the member', () => {
+    expect(refusal('{"query":"delete_workspace","query":"get_workspace","params":{"id":"ws_1"}}')).toEqual({
+      code: 'bad_request',
+      message: 'the body names the member "query" twice at its top level: each member may appear once',
+    });
+  });
+
+  it('given a name written once plainly and once escaped, names the object that holds them', () => {
+    expect(refusal('{"query":"q","params":{"attributes":{"list":[{"a":1},{"a":1,"\\u0061":2}]}}}')).toEqual({
+      code: 'bad_request',
+      message: 'the body names the member "a" twice in params.attributes.list.1: each member may appear once',
+    });
+  });
+
+  it('given the same name in sibling and nested objects, and strings holding quotes and braces, accepts the body', () => {
+    const text = '{"a":{"a":{"a":1}},"b":[{"a":"\\"a\\":{","b":"\\\\"},{"a":2}],"c":"}"}';
+    expect(refusal(text)).toBeUndefined();
+    expect(parseJsonBody(Buffer.from(text))).toEqual(JSON.parse(text));
+  });
+
+  it('given a name of a million characters twice, names it cut short', () => {
+    const name = 'n'.repeat(1_000_000);
+    expect(refusal(`{"${name}":1,"${name}":2}`)?.message).toBe(
+      `the body names the member "${'n'.repeat(100)}…" twice at its top level: each member may appear once`,
+    );
   });
 });
