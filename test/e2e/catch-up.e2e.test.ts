@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { comparePositions, startOfLog } from '../../src/eventstore/port.js';
 import { readTreeProgress } from '../../src/integrity/adapters/tables.js';
 import { createTestDatabase } from '../support/database.js';
-import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase, standInFor, testEventStore } from '../support/event-store.js';
+import { eventStoreUrlFor, onEventStoreDB, prepareReadDatabase } from '../support/event-store.js';
 import { writeRawEvent } from '../support/foreign-writes.js';
 import { workspaceHistories } from '../support/generate.js';
 import { scrape, total } from '../support/metrics.js';
@@ -20,21 +20,21 @@ const org = 'org_catch_up';
 /**
  * A backlog that takes several seconds to project, whatever the machine: batch by batch (not in
  * bulk: PROJECTOR_BULK_CATCH_UP_EVENTS=0, covered in test/int/projections/catch-up-cache.int.test.ts),
- * batches held to 500 events (PROJECTOR_MAX_BATCH_EVENTS), 300,000 events from PostgreSQL and 30,000 from
- * EventStoreDB. The stand-in answers each read of `$all` after `slowReadMs`, as a busy node would:
- * it runs in the test's own process, and on an idle machine it served the backlog in under two
- * seconds, before readiness could be seen behind.
+ * batches held to 500 events (PROJECTOR_MAX_BATCH_EVENTS), each record's five events in one append,
+ * and every workspace row the projector writes held `rowWriteMs` by a trigger, as on a busy
+ * database: 10,000 records take 10 s or more (6,000 from EventStoreDB, whose stand-in takes
+ * appends more slowly). A bigger backlog, with no trigger, took minutes to seed and verify on a
+ * slow machine, and on a fast one was projected before readiness could be seen behind.
  */
 const eventsPerRecord = 5;
-const records = (onEventStoreDB ? 30_000 : 300_000) / eventsPerRecord;
+const records = onEventStoreDB ? 6_000 : 10_000;
+const rowWriteMs = 1;
 /**
  * Short: the command is sent while the estimate to catch up is 3 s or more at the present rate, and
  * a command is out of reach only when the backlog needs more than twice the wait at the fastest
  * rate seen lately (ProjectionProgress.outOfReach).
  */
 const projectionWaitMs = 500;
-/** At most 500 events per read: 30,000 events take 6 s or more. */
-const slowReadMs = 100;
 
 type ReadyAnswer = { status: number; checks: Record<string, unknown> };
 
@@ -64,8 +64,10 @@ describe('a service started on a fresh read database over a long log', () => {
     const stack = await startStack(databaseUrl);
     cleanups.push(() => stack.close());
     await seed(stack);
-    if (testEventStore === 'eventstoredb-standin')
-      (await standInFor(databaseUrl)).faults.inject('read-all', { kind: 'slow', ms: slowReadMs });
+    await stack.pool.query(`
+      CREATE FUNCTION pace_row_writes() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN PERFORM pg_sleep(${rowWriteMs / 1000}); RETURN NEW; END $$;
+      CREATE TRIGGER paced BEFORE INSERT OR UPDATE ON workspaces FOR EACH ROW EXECUTE FUNCTION pace_row_writes();`);
 
     const service = await startServiceProcess({
       databaseUrl,
