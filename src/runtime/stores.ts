@@ -47,7 +47,16 @@ export async function openStores(
     // A DATA_DIR is the service's own (a tool on a new one makes it, as npm start would); a
     // DATABASE_URL may name anyone's database.
     if (options.requireSchema && config.databaseUrl) await requireServiceSchema(pool);
-    if (options.migrate ?? true) await migrate(pool, { eventStore: !config.eventStoreUrl });
+    if (options.migrate ?? true)
+      await migrate(pool, {
+        eventStore: !config.eventStoreUrl,
+        onNewerSchema: (unknownSteps) =>
+          logger.warn(
+            { unknownSteps },
+            'the database was migrated by a newer release of the service (schema steps this version does not know): ' +
+              "running as the older side of a rolling upgrade; if this is a rollback, the newer release's changes stay in the schema",
+          ),
+      });
     if (options.listen) await listener.start();
   } catch (error) {
     await listener.close();

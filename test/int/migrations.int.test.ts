@@ -43,6 +43,17 @@ describe('versioned migrations', () => {
     expect(rows).toEqual(migrations.map(({ version, name }) => ({ version, name })));
   });
 
+  it('tells an older release the steps a newer one applied, and still migrates and starts it; tells an up-to-date one nothing', async () => {
+    const pool = poolOn(await createTestDatabase());
+    const told: number[][] = [];
+    const onNewerSchema = (steps: number[]) => told.push(steps);
+    await migrate(pool, { eventStore: true, onNewerSchema });
+    expect(told).toEqual([]);
+    // The release before the last two steps, on the schema the newest one made.
+    expect(await migrate(pool, { eventStore: true, onNewerSchema }, migrations.slice(0, -2))).toEqual([]);
+    expect(told).toEqual([migrations.slice(-2).map((step) => step.version)]);
+  });
+
   it('lets instances that start together take turns: each step runs once', async () => {
     const url = await createTestDatabase();
     const applied = await Promise.all([1, 2, 3].map(() => migrate(poolOn(url), { eventStore: true })));
