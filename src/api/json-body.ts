@@ -35,7 +35,7 @@ export function parseJsonBody(raw: Buffer): unknown {
     if (repeated) {
       throw new ServiceError(
         'bad_request',
-        `the body names the member "${shortened(repeated.name, 100)}" twice ${repeated.in === '' ? 'at its top level' : `in ${repeated.in}`}: each member may appear once`,
+        `the body names the member "${shortened(repeated.name, 100)}" twice ${repeated.in === undefined ? 'at its top level' : `in ${repeated.in || '""'}`}: each member may appear once`,
       );
     }
     if (inexact.length > 0) inexactNumbers.set(body, { named: inexact.slice(0, namedNumbers), more: inexact.length > namedNumbers });
@@ -55,8 +55,8 @@ export function moreInexactNumbersThanNamed(body: unknown): boolean {
 
 /**
  * Up to 15 significant digits and no exponent always survive a double; only sixteen digits or
- * more (a decimal point may split them) or an exponent can lose anything, so most bodies are not
- * scanned at all.
+ * more (a decimal point may split them) or an exponent can lose anything, so most bodies' numbers
+ * are not checked at all.
  */
 const mayHoldInexactNumbers = (text: string) => /(?:\d\.?){16}|\d[eE]/.test(text);
 
@@ -81,7 +81,13 @@ const namedLevels = 40;
  * the first value while the service takes the last is how such a body fools a check) and, when
  * `checkNumbers`, up to one more than `namedNumbers` number literals that cannot be kept exactly.
  */
-function scanBody(text: string, checkNumbers: boolean): { repeated?: { name: string; in: string }; inexact: ErrorDetail[] } {
+function scanBody(
+  text: string,
+  checkNumbers: boolean,
+): {
+  repeated?: { name: string; /** The path of the object naming it; undefined for the body itself. */ in: string | undefined };
+  inexact: ErrorDetail[];
+} {
   const inexact: ErrorDetail[] = [];
   const path: Container[] = [];
   let expectKey = false;
@@ -95,7 +101,7 @@ function scanBody(text: string, checkNumbers: boolean): { repeated?: { name: str
         const name = written.includes('\\') ? (JSON.parse(`"${written}"`) as string) : written;
         if (top.key !== undefined) {
           top.names ??= new Set([top.key]);
-          if (top.names.has(name)) return { repeated: { name, in: pathName(path.slice(0, -1)) }, inexact };
+          if (top.names.has(name)) return { repeated: { name, in: path.length > 1 ? pathName(path.slice(0, -1)) : undefined }, inexact };
           top.names.add(name);
         }
         top.key = name;
@@ -130,13 +136,19 @@ function scanBody(text: string, checkNumbers: boolean): { repeated?: { name: str
   return { inexact };
 }
 
-/** Where the walk stands, as a path of member names and indexes (`params.attributes.0`), cut at `namedLevels` levels. */
+/**
+ * Where the walk stands, as a path of member names and indexes (`params.attributes.0`), cut at
+ * `namedLevels` levels and `namedPathLength` characters: a member name may be most of a megabyte,
+ * and a hundred numbers under it named by their whole paths made an answer of 10 MB.
+ */
 function pathName(path: readonly Container[]): string {
   const named = path
     .slice(0, namedLevels)
-    .map((container) => (container.kind === 'object' ? (container.key ?? '') : String(container.index)));
-  return path.length > namedLevels ? `${named.join('.')}.…` : named.join('.');
+    .map((container) => (container.kind === 'object' ? shortened(container.key ?? '', namedPathLength) : String(container.index)));
+  return shortened(path.length > namedLevels ? `${named.join('.')}.…` : named.join('.'), namedPathLength);
 }
+
+const namedPathLength = 200;
 
 /** Where the string starting at `start` ends (after its closing quote): the first quote not escaped by an odd run of backslashes. */
 function endOfString(text: string, start: number): number {

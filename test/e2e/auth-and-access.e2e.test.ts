@@ -126,9 +126,9 @@ describe('authentication and access', () => {
 
     // Node keeps the first of repeated Authorization lines; a proxy in front may check the last.
     it.each([
-      ['two tokens of different callers', () => [alpha, beta]],
-      ['the same token twice', () => [alpha, alpha]],
-    ])('answers 401 to an Authorization header sent twice: %s', async (_what, tokens) => {
+      ['two tokens of different callers', () => [alpha, beta], ['authorization', 'authorization']],
+      ['the same token twice, the name in two letter cases', () => [alpha, alpha], ['Authorization', 'AUTHORIZATION']],
+    ])('answers 401 to an Authorization header sent twice: %s', async (_what, tokens, names) => {
       const answer = await new Promise<{ status: number; body: any; authenticate: unknown }>((resolve, reject) => {
         const body = JSON.stringify({ query: 'get_workspace', params: { id: alphaWorkspace.id } });
         const request = httpRequest(`${service.url}/api`, {
@@ -139,7 +139,7 @@ describe('authentication and access', () => {
             new URL(service.url).host,
             'content-type',
             'application/json',
-            ...tokens().flatMap((token) => ['authorization', `Bearer ${token}`]),
+            ...tokens().flatMap((token, line) => [names[line]!, `Bearer ${token}`]),
           ],
         });
         request.on('error', reject);

@@ -18,6 +18,17 @@ describe('number literals of any length in a body', () => {
   });
 });
 
+describe('a body of many numbers that cannot be stored under a long member name', () => {
+  // 150 numbers under a name of 100,000 characters: each named by its whole path made an answer of 10 MB.
+  it('names each by a path cut at 200 characters', () => {
+    const found = inexactNumbersOf(
+      parseJsonBody(Buffer.from(`{"params":{"${'k'.repeat(100_000)}":[${Array(150).fill('1e400').join(',')}]}}`)),
+    );
+    expect(found).toHaveLength(100);
+    for (const { path } of found) expect(path).toBe(`params.${'k'.repeat(193)}…`);
+  });
+});
+
 describe('a body of many numbers that cannot be stored, nested deep', () => {
   // 5,000 levels and 1,000 such numbers: every one named by its whole path made an answer of about
   // 10 MB, and work quadratic in the body (a 89 KB body: 120 MB and 13 s, while other callers waited).
@@ -59,6 +70,13 @@ describe('a member named twice in one object (RFC 7493 §2.3: a receiver cannot 
     const text = '{"a":{"a":{"a":1}},"b":[{"a":"\\"a\\":{","b":"\\\\"},{"a":2}],"c":"}"}';
     expect(refusal(text)).toBeUndefined();
     expect(parseJsonBody(Buffer.from(text))).toEqual(JSON.parse(text));
+  });
+
+  it('given the object holding them a member named "" or a million characters long, names where it is, cut short', () => {
+    expect(refusal('{"":{"a":1,"a":2}}')?.message).toBe('the body names the member "a" twice in "": each member may appear once');
+    expect(refusal(`{"${'k'.repeat(1_000_000)}":{"a":1,"a":2}}`)?.message).toBe(
+      `the body names the member "a" twice in ${'k'.repeat(200)}…: each member may appear once`,
+    );
   });
 
   it('given a name of a million characters twice, names it cut short', () => {
