@@ -120,6 +120,7 @@ describe('envelope and errors', () => {
         ['{not json', jsonHeaders()],
         ['{"query":"nope","params":{}}', jsonHeaders()],
         ['{"query":"get_workspace","params":{"id":"bad id"}}', jsonHeaders()],
+        ['{"query":"get_workspace","query":"list_workspaces","params":{"page":1,"size":1}}', jsonHeaders()],
         ['{"query":"list_workspaces","params":{"page":1,"size":1}}', { 'content-type': 'text/plain' }],
         ['', {}],
         [' '.repeat(2 * 1024 * 1024), jsonHeaders()],
@@ -133,6 +134,8 @@ describe('envelope and errors', () => {
     it('answers bad_request and unknown_operation before checking scopes', async () => {
       expectError(await rawPost(service, '{"query":', jsonHeaders(noScopeToken)), 400, 'bad_request');
       expectError(await rawPost(service, '{"query":"get_workspace","params":[]}', jsonHeaders(noScopeToken)), 400, 'bad_request');
+      const repeated = '{"query":"get_workspace","params":{"id":"ws_a","id":"ws_b"}}';
+      expectError(await rawPost(service, repeated, jsonHeaders(noScopeToken)), 400, 'bad_request');
       expectError(await callApi(service, noScopeToken, 'nope', {}), 400, 'unknown_operation');
     });
 
