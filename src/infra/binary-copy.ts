@@ -103,6 +103,11 @@ const chunksBuffered = Math.ceil(bufferedBytes / 65_536);
 async function* chunksAsReceived(stream: Readable): AsyncGenerator<Buffer> {
   let ended = false;
   stream.once('end', () => (ended = true));
+  // Heard always, not only while the iteration below runs, which throws every error that comes
+  // before the stream's end. pg reports the COPY's end to the stream after the stream's own end,
+  // and after a consumer stopped early: "Connection terminated" when the connection is closed
+  // before that last message. No row is lost with it, and the connection's next use hears its loss.
+  stream.on('error', () => undefined);
   // Closed before its end without an error (destroyed): a failure, or the read would wait for
   // rows that never come.
   const closedEarly = new AbortController();
@@ -111,13 +116,7 @@ async function* chunksAsReceived(stream: Readable): AsyncGenerator<Buffer> {
     const chunks = on(stream, 'data', { close: ['end'], highWaterMark: chunksBuffered, signal: closedEarly.signal });
     for await (const [chunk] of chunks) yield chunk as Buffer;
   } finally {
-    if (!ended) {
-      // pg reports the COPY's end to the stream even after it was destroyed ("Connection
-      // terminated" when the caller then closes the connection): the caller already stopped, for a
-      // reason of its own that it reports, so this error has no one left to tell.
-      stream.on('error', () => undefined);
-      stream.destroy();
-    }
+    if (!ended) stream.destroy();
   }
 }
 
