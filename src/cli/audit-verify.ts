@@ -79,6 +79,13 @@ async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; tr
   return { keys, trees };
 }
 
+/**
+ * A checked-out connection's loss, which the pool hears only while the connection is idle: the
+ * query in flight, or the next one, fails with it, and the audit says it failed (exit 2). Unheard,
+ * the event would end the process with the code that means breaks were found.
+ */
+const heardInItsQuery = () => undefined;
+
 type LogOutcome = { breaks: Break[]; unmatched: StoredLeaf[]; events: number };
 
 /**
@@ -92,6 +99,7 @@ async function checkPostgresLog(
   treeEnd: GlobalPosition,
 ): Promise<{ joined: Promise<void>; outcome: Promise<LogOutcome> }> {
   const client = await connection.pool.connect();
+  client.on('error', heardInItsQuery);
   const log = await openLogSnapshot(client);
   const splits = await streamSplits(client, log, availableParallelism());
   const ranges: StreamRange[] = [...splits, undefined].map((through, part) => ({ after: splits[part - 1], through }));
@@ -148,6 +156,7 @@ try {
   };
   // The trees are read in one snapshot, taken before the log's: every leaf's event is in the log read.
   const treeClient = await connection.pool.connect();
+  treeClient.on('error', heardInItsQuery);
   let treeData: Awaited<ReturnType<typeof readTreeData>>;
   let checkingLog: Promise<LogOutcome>;
   try {

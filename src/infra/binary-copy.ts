@@ -13,7 +13,14 @@ import { to as copyTo } from 'pg-copy-streams';
 const bufferedBytes = 4 * 1024 * 1024;
 
 export function copyOut(client: pg.ClientBase, query: string): Readable {
-  return client.query(copyTo(`COPY (${query}) TO STDOUT (FORMAT binary)`));
+  const copy = client.query(copyTo(`COPY (${query}) TO STDOUT (FORMAT binary)`));
+  // Heard from the start to the query's end, not only while a consumer iterates (which hears every
+  // error before the stream's end). pg reports the query's end to the stream after the stream's own
+  // end, and after a consumer stopped early or before one began: "Connection terminated" when the
+  // connection is closed before that. The consumer has then all the rows or has stopped for a
+  // reason it reports, and the connection's next use hears its loss.
+  copy.on('error', () => undefined);
+  return copy;
 }
 
 /** PGCOPY\n\377\r\n\0, then flags and the length of a header extension (both 32-bit). */
@@ -103,11 +110,6 @@ const chunksBuffered = Math.ceil(bufferedBytes / 65_536);
 async function* chunksAsReceived(stream: Readable): AsyncGenerator<Buffer> {
   let ended = false;
   stream.once('end', () => (ended = true));
-  // Heard always, not only while the iteration below runs, which throws every error that comes
-  // before the stream's end. pg reports the COPY's end to the stream after the stream's own end,
-  // and after a consumer stopped early: "Connection terminated" when the connection is closed
-  // before that last message. No row is lost with it, and the connection's next use hears its loss.
-  stream.on('error', () => undefined);
   // Closed before its end without an error (destroyed): a failure, or the read would wait for
   // rows that never come.
   const closedEarly = new AbortController();

@@ -163,7 +163,13 @@ export async function startEmbeddedPostgres(
   await log.close();
   server.unref();
   let exited = false;
+  // A server that could not be started at all (spawn's EACCES, EAGAIN) emits 'error', never 'exit'.
+  let failure: Error | undefined;
   server.once('exit', () => (exited = true));
+  server.once('error', (error) => {
+    exited = true;
+    failure = error;
+  });
   const url = urlFor(port);
   for (const deadline = Date.now() + 60_000; ;) {
     if (await accepts(url)) break;
@@ -171,7 +177,8 @@ export async function startEmbeddedPostgres(
       // Another process may have started one on this directory a moment earlier: share that one.
       const started = await runningPort(databaseDir);
       if (started) return shared(started);
-      throw new Error(`the embedded PostgreSQL did not start (data in ${databaseDir}; see ${path.join(root, 'postgres.log')})`);
+      const reason = failure ? `: ${failure.message}` : ` (data in ${databaseDir}; see ${path.join(root, 'postgres.log')})`;
+      throw new Error(`the embedded PostgreSQL did not start${reason}`);
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }

@@ -5,7 +5,7 @@ import { createTestDatabase } from '../support/database.js';
 import { eventStoreUrlFor, prepareReadDatabase } from '../support/event-store.js';
 import { startServiceProcess } from '../support/service-process.js';
 import { callApi } from '../support/service.js';
-import { readDelivery, type ReceivedDelivery } from '../support/webhook-receiver.js';
+import { readDelivery, receive, type ReceivedDelivery } from '../support/webhook-receiver.js';
 import { expectOk, sleep } from './helpers.js';
 
 /**
@@ -24,8 +24,8 @@ describe('webhook delivery across kill -9', () => {
     let secret = '';
     let holdFirst = true;
     const server = createServer((request, response) => {
-      void readDelivery(request, secret).then((delivery) => {
-        received.push(delivery);
+      receive(request, async () => {
+        received.push(await readDelivery(request, secret));
         // The first attempt is never answered: its instance dies holding it.
         if (!holdFirst) response.writeHead(204).end();
       });

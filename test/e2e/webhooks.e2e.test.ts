@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { metricPrefix } from '../../src/observability/metrics.js';
 import { scrape, total } from '../support/metrics.js';
 import { startTestService, type TestService } from '../support/service.js';
+import { receive } from '../support/webhook-receiver.js';
 import { expectError, expectValidation, jsonHeaders, ok, rawPost, sleep } from './helpers.js';
 
 /** What the receiver got: each request's headers and body, verified with the standardwebhooks package. */
@@ -24,7 +25,7 @@ class Receiver {
   url = '';
 
   async start(): Promise<void> {
-    this.server = createServer((request, response) => void this.answer(request, response));
+    this.server = createServer((request, response) => receive(request, () => this.answer(request, response)));
     await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', resolve));
     this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
   }

@@ -17,3 +17,14 @@ export async function readDelivery(request: IncomingMessage, secret: string): Pr
   }
   return { id: headers['webhook-id'] ?? '', verified, body };
 }
+
+/**
+ * Handles a request to a test receiver. A request its sender cut before its body ended (the
+ * dispatcher's timeout or stop, its process killed) is no delivery: its failure is dropped. Any
+ * other failure stays unhandled, which fails the run.
+ */
+export function receive(request: IncomingMessage, handle: () => Promise<void>): void {
+  handle().catch((error: unknown) => {
+    if (request.complete) throw error;
+  });
+}

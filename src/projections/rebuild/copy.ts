@@ -54,7 +54,14 @@ export async function catchUp(options: {
 }): Promise<void> {
   const { connections, cache, store, state, batchSize, skipped, signal, progress } = options;
   const { writer, solutionWriter, loader } = connections;
-  let reading = readCopyPage(store, state.position, batchSize, skipped);
+  // Each page is read while the one before it is applied, and awaited in the next round: a read
+  // that fails meanwhile, or that no round awaits (the loop stopped), must not count as unhandled.
+  const readAhead = (from: GlobalPosition): Promise<Page> => {
+    const page = readCopyPage(store, from, batchSize, skipped);
+    page.catch(() => undefined);
+    return page;
+  };
+  let reading = readAhead(state.position);
   let writing: { batch: Batch; done: Promise<void> } | undefined;
   const settle = async () => {
     if (!writing) return;
@@ -72,9 +79,7 @@ export async function catchUp(options: {
       if (!to) break;
       // A page that covered `batchSize` events is full even if some were another program's, left out.
       const full = read >= batchSize;
-      reading = full ? readCopyPage(store, to, batchSize, skipped) : Promise.resolve({ events: [], end: undefined, read: 0 });
-      // Awaited in the next round; a failure meanwhile must not count as unhandled.
-      reading.catch(() => undefined);
+      reading = full ? readAhead(to) : Promise.resolve({ events: [], end: undefined, read: 0 });
 
       const envelopes = events.map((logged) => logged.event);
       const loaded = await cache.load(loader, envelopes, writing?.batch.changes);

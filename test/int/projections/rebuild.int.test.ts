@@ -231,6 +231,29 @@ describe('a rebuild that is stopped', () => {
     expect((await stack.pool.query(`SELECT id FROM workspaces`)).rows).toEqual([{ id: 'ws_marker' }]);
     expect(await rebuildSchemasLeft(stack.pool)).toEqual([]);
   });
+
+  it('stopped while the event store fails, reports the stop, and leaves no unhandled rejection of the read that failed', async () => {
+    stack = await startStack();
+    // A store read stream by stream only in global order, whose reads fail: the store went away as the stop came.
+    const failing: EventStore = {
+      ...stack.store,
+      readLogByStream: undefined,
+      readAll: () => Promise.reject(new Error('the event store is unreachable')),
+    };
+    const unhandled: unknown[] = [];
+    const record = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', record);
+    try {
+      await expect(
+        rebuildReadModel({ connectionString: stack.url, store: failing, logger: silentLogger, signal: AbortSignal.abort() }),
+      ).rejects.toThrow(RebuildAborted);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    } finally {
+      process.off('unhandledRejection', record);
+    }
+    expect(unhandled).toEqual([]);
+    expect(await rebuildSchemasLeft(stack.pool)).toEqual([]);
+  });
 });
 
 describe('cascades still to do when the rebuild switches over', () => {

@@ -14,7 +14,7 @@ import { WebhookDispatcher, type DispatcherSettings } from '../../../src/webhook
 import { dueDeliveries } from '../../../src/webhooks/adapters/queue.js';
 import { WebhookStore } from '../../../src/webhooks/adapters/store.js';
 import { createTestDatabase } from '../../support/database.js';
-import { readDelivery, type ReceivedDelivery } from '../../support/webhook-receiver.js';
+import { readDelivery, receive, type ReceivedDelivery } from '../../support/webhook-receiver.js';
 
 /** The dispatcher on a real PostgreSQL with a real receiver on loopback: shared work, connection-time checks, disabling. */
 type PlanNode = { 'Actual Rows': number; 'Actual Loops': number; Alias?: string; Plans?: PlanNode[] };
@@ -143,7 +143,8 @@ describe('webhook delivery', () => {
     pool = new pg.Pool({ connectionString: await createTestDatabase(), max: 10 });
     await migrate(pool, { eventStore: false });
     server = createServer((request, response) => {
-      void readDelivery(request, secret).then(async (delivery) => {
+      receive(request, async () => {
+        const delivery = await readDelivery(request, secret);
         if (request.url === '/slow') {
           slowArrived += 1;
           await slow;
