@@ -84,7 +84,7 @@ async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; tr
  * query in flight, or the next one, fails with it, and the audit says it failed (exit 2). Unheard,
  * the event would end the process with the code that means breaks were found.
  */
-const heardInItsQuery = () => undefined;
+const lossReportedByQuery = () => undefined;
 
 type LogOutcome = { breaks: Break[]; unmatched: StoredLeaf[]; events: number };
 
@@ -99,7 +99,7 @@ async function checkPostgresLog(
   treeEnd: GlobalPosition,
 ): Promise<{ joined: Promise<void>; outcome: Promise<LogOutcome> }> {
   const client = await connection.pool.connect();
-  client.on('error', heardInItsQuery);
+  client.on('error', lossReportedByQuery);
   const log = await openLogSnapshot(client);
   const splits = await streamSplits(client, log, availableParallelism());
   const ranges: StreamRange[] = [...splits, undefined].map((through, part) => ({ after: splits[part - 1], through }));
@@ -156,7 +156,7 @@ try {
   };
   // The trees are read in one snapshot, taken before the log's: every leaf's event is in the log read.
   const treeClient = await connection.pool.connect();
-  treeClient.on('error', heardInItsQuery);
+  treeClient.on('error', lossReportedByQuery);
   let treeData: Awaited<ReturnType<typeof readTreeData>>;
   let checkingLog: Promise<LogOutcome>;
   try {

@@ -15,13 +15,16 @@ const bufferedBytes = 4 * 1024 * 1024;
 export function copyOut(client: pg.ClientBase, query: string): Readable {
   const copy = client.query(copyTo(`COPY (${query}) TO STDOUT (FORMAT binary)`));
   // Heard from the start to the query's end, not only while a consumer iterates (which hears every
-  // error before the stream's end). pg reports the query's end to the stream after the stream's own
-  // end, and after a consumer stopped early or before one began: "Connection terminated" when the
-  // connection is closed before that. The consumer has then all the rows or has stopped for a
-  // reason it reports, and the connection's next use hears its loss.
-  copy.on('error', () => undefined);
+  // error meanwhile itself). pg reports the query's end to the stream after the stream's own end,
+  // and after a consumer stopped early: "Connection terminated" when the connection is closed
+  // before that, which concerns no row the consumer reads (the connection's next use hears the
+  // loss). An error before a consumer begins is kept for it: chunksAsReceived throws it.
+  copy.on('error', (error: Error) => failuresBeforeReading.has(copy) || failuresBeforeReading.set(copy, error));
   return copy;
 }
+
+/** A COPY's first error, for a consumer that begins after it (pg emits it once, and no end follows). */
+const failuresBeforeReading = new WeakMap<Readable, Error>();
 
 /** PGCOPY\n\377\r\n\0, then flags and the length of a header extension (both 32-bit). */
 const headerBytes = 19;
@@ -105,9 +108,11 @@ const chunksBuffered = Math.ceil(bufferedBytes / 65_536);
 /**
  * The chunks of a byte stream one by one as they came. The stream's own async iterator would join
  * all it holds into one new Buffer at each step, a copy of every byte read. A consumer that stops
- * early destroys the stream, as a `for await` over it does, and hears nothing more from it.
+ * early destroys the stream, as a `for await` over it does.
  */
 async function* chunksAsReceived(stream: Readable): AsyncGenerator<Buffer> {
+  const failed = failuresBeforeReading.get(stream);
+  if (failed) throw failed;
   let ended = false;
   stream.once('end', () => (ended = true));
   // Closed before its end without an error (destroyed): a failure, or the read would wait for

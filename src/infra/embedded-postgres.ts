@@ -160,16 +160,17 @@ export async function startEmbeddedPostgres(
     ],
     { detached: true, stdio: ['ignore', 'ignore', log.fd], ...(await postgresUser()), env: { ...process.env, LC_MESSAGES: 'C' } },
   );
-  await log.close();
-  server.unref();
   let exited = false;
-  // A server that could not be started at all (spawn's EACCES, EAGAIN) emits 'error', never 'exit'.
+  // A server that could not be started at all (spawn's ENOENT, EACCES, EAGAIN) emits 'error', never
+  // 'exit', on the next tick: heard before anything is awaited.
   let failure: Error | undefined;
   server.once('exit', () => (exited = true));
   server.once('error', (error) => {
     exited = true;
     failure = error;
   });
+  await log.close();
+  server.unref();
   const url = urlFor(port);
   for (const deadline = Date.now() + 60_000; ;) {
     if (await accepts(url)) break;

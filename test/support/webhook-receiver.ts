@@ -19,9 +19,9 @@ export async function readDelivery(request: IncomingMessage, secret: string): Pr
 }
 
 /**
- * Handles a request to a test receiver. A request its sender cut before its body ended (the
- * dispatcher's timeout or stop, its process killed) is no delivery: its failure is dropped. Any
- * other failure stays unhandled, which fails the run.
+ * Handles a request to a test receiver (each handler reads the body first). A request whose body
+ * was not fully received (the sender cut it: the dispatcher's timeout or stop, its process killed)
+ * is no delivery: its failure is dropped. Any other failure stays unhandled, which fails the run.
  */
 export function receive(request: IncomingMessage, handle: () => Promise<void>): void {
   handle().catch((error: unknown) => {

@@ -236,9 +236,14 @@ describe('a rebuild that is stopped', () => {
     stack = await startStack();
     // A store read stream by stream only in global order, whose reads fail: the store went away as the stop came.
     const failing: EventStore = {
-      ...stack.store,
-      readLogByStream: undefined,
+      append: (...args) => stack.store.append(...args),
+      readStream: (name) => stack.store.readStream(name),
       readAll: () => Promise.reject(new Error('the event store is unreachable')),
+      readLastPosition: () => stack.store.readLastPosition(),
+      estimateEventsBetween: (...args) => stack.store.estimateEventsBetween(...args),
+      waitForEvents: (...args) => stack.store.waitForEvents(...args),
+      ping: () => stack.store.ping(),
+      close: async () => undefined,
     };
     const unhandled: unknown[] = [];
     const record = (reason: unknown) => unhandled.push(reason);
