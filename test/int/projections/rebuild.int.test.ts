@@ -234,7 +234,7 @@ describe('a rebuild that is stopped', () => {
 
   it('stopped while the event store fails, reports the stop, and leaves no unhandled rejection of the read that failed', async () => {
     stack = await startStack();
-    // A store read stream by stream only in global order, whose reads fail: the store went away as the stop came.
+    // A store read in global order only (the rebuild then copies page by page), whose reads fail: it went away as the stop came.
     const failing: EventStore = {
       append: (...args) => stack.store.append(...args),
       readStream: (name) => stack.store.readStream(name),
