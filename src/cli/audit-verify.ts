@@ -34,7 +34,7 @@ import {
 } from '../integrity/adapters/tables.js';
 import { openLogSnapshot, streamSplits, type StreamRange } from '../eventstore/postgres-stream-order.js';
 import type { GlobalPosition } from '../eventstore/port.js';
-import type { PoolClient } from '../infra/postgres.js';
+import { checkOut, type PoolClient } from '../infra/postgres.js';
 import { startWorkerBeside } from '../infra/worker-thread.js';
 import { connectOperator, operatorSetup, type OperatorConnection } from './operator.js';
 import { commandLine } from './arguments.js';
@@ -79,13 +79,6 @@ async function readTreeData(client: PoolClient): Promise<{ keys: PublicJwk[]; tr
   return { keys, trees };
 }
 
-/**
- * A checked-out connection's loss, which the pool hears only while the connection is idle: the
- * query in flight, or the next one, fails with it, and the audit says it failed (exit 2). Unheard,
- * the event would end the process with the code that means breaks were found.
- */
-const lossReportedByQuery = () => undefined;
-
 type LogOutcome = { breaks: Break[]; unmatched: StoredLeaf[]; events: number };
 
 /**
@@ -98,8 +91,9 @@ async function checkPostgresLog(
   connection: OperatorConnection,
   treeEnd: GlobalPosition,
 ): Promise<{ joined: Promise<void>; outcome: Promise<LogOutcome> }> {
-  const client = await connection.pool.connect();
-  client.on('error', lossReportedByQuery);
+  // Checked out (checkOut), a lost connection fails its query, and the audit says it failed (exit
+  // 2); an unheard loss would end the process with the code that means breaks were found.
+  const { client, release } = await checkOut(connection.pool);
   const log = await openLogSnapshot(client);
   const splits = await streamSplits(client, log, availableParallelism());
   const ranges: StreamRange[] = [...splits, undefined].map((through, part) => ({ after: splits[part - 1], through }));
@@ -119,7 +113,7 @@ async function checkPostgresLog(
   const joined = Promise.race([Promise.all(parts.map((part) => part.joined)), Promise.all(parts.map((part) => part.checked))]).finally(
     async () => {
       await client.query('COMMIT');
-      client.release();
+      release();
     },
   );
   const outcome = Promise.all(parts.map((part) => part.checked)).then((outcomes) => ({
@@ -155,8 +149,7 @@ try {
     breaks.push(...found);
   };
   // The trees are read in one snapshot, taken before the log's: every leaf's event is in the log read.
-  const treeClient = await connection.pool.connect();
-  treeClient.on('error', lossReportedByQuery);
+  const { client: treeClient, release: releaseTreeClient } = await checkOut(connection.pool);
   let treeData: Awaited<ReturnType<typeof readTreeData>>;
   let checkingLog: Promise<LogOutcome>;
   try {
@@ -177,7 +170,7 @@ try {
     treeData = await readTreeData(treeClient);
     await treeClient.query('COMMIT');
   } finally {
-    treeClient.release();
+    releaseTreeClient();
   }
   // The trees are checked on this thread while the workers check the log, and reported after it.
   const treeBreaks: Break[] = [];

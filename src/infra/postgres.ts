@@ -91,29 +91,41 @@ export async function inTransaction<T>(pool: pg.Pool, work: (client: pg.PoolClie
 }
 
 /**
- * Runs `work` on a client of its own from `pool`. The pool listens for a connection's loss only
- * while the client is idle: here, a connection lost meanwhile (terminated, PostgreSQL restarted)
- * fails the work's query, and its 'error' event, which would otherwise end the process, is noted
- * so that the client is discarded rather than reused. So is one whose work did not end
- * (`reusable` false): it may still be inside a transaction or a stream.
+ * A client of its own from `pool`, to `release` when done. The pool listens for a connection's
+ * loss only while the client is idle: here, a connection lost meanwhile (terminated, PostgreSQL
+ * restarted) fails the client's query, and its 'error' event, which would otherwise end the
+ * process, is noted so that `release` discards the client rather than let it be reused. So it does
+ * when told to (`discard`): a client that may still be inside a transaction or a stream.
+ */
+export async function checkOut(pool: pg.Pool): Promise<{ client: pg.PoolClient; release: (discard?: boolean) => void }> {
+  const client = await pool.connect();
+  let lost: Error | undefined;
+  const onLoss = (error: Error) => (lost = error);
+  client.on('error', onLoss);
+  const release = (discard = false) => {
+    client.removeListener('error', onLoss);
+    client.release(lost ?? discard);
+  };
+  return { client, release };
+}
+
+/**
+ * Runs `work` on a client of its own from `pool` (checkOut), discarded afterwards if its
+ * connection was lost, or if the work did not end and `reusable` says so.
  */
 export async function withClient<T>(
   pool: pg.Pool,
   work: (client: pg.PoolClient) => Promise<T>,
   reusable: (ended: boolean) => boolean = () => true,
 ): Promise<T> {
-  const client = await pool.connect();
-  let lost: Error | undefined;
-  const onLoss = (error: Error) => (lost = error);
-  client.on('error', onLoss);
+  const { client, release } = await checkOut(pool);
   let ended = false;
   try {
     const result = await work(client);
     ended = true;
     return result;
   } finally {
-    client.removeListener('error', onLoss);
-    client.release(lost ?? !reusable(ended));
+    release(!reusable(ended));
   }
 }
 
